@@ -1,0 +1,1 @@
+"""Benchmarks: `robot-rl bench NAME [--quick] [--json]`."""

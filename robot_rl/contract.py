@@ -1,0 +1,145 @@
+"""The observation/action contract shared by the sim twin and the real-robot drivers.
+
+Everything that talks to a robot (the learner's actor, wrappers, the recorder, the
+ROS 2 drivers) agrees on these shapes, dtypes and meanings:
+
+Action: float32[7] in [-1, 1]
+    [0:3] end-effector delta translation in the base frame, scaled by
+          ``ControlLimits.max_translation_m`` (per control step)
+    [3:6] end-effector delta rotation (axis-angle, base frame), scaled by
+          ``ControlLimits.max_rotation_rad``
+    [6]   gripper: > +0.5 close, < -0.5 open, otherwise stay
+
+Observation dict:
+    "state":      float32[STATE_DIM], laid out as ``STATE_LAYOUT``
+    "images":     {camera: uint8[H, W, 3]} for each camera (only when images are enabled)
+    "privileged": {name: float32[...]} object poses, sim only
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import gymnasium as gym
+import numpy as np
+
+ACTION_DIM = 7
+CAMERAS = ("front", "wrist")
+
+# (name, size) in the order they appear in the state vector.
+STATE_LAYOUT: tuple[tuple[str, int], ...] = (
+    ("tcp_pos", 3),  # metres, base frame
+    ("tcp_quat", 4),  # w, x, y, z, base frame, w >= 0
+    ("tcp_linvel", 3),  # m/s
+    ("tcp_angvel", 3),  # rad/s
+    ("gripper_width", 1),  # metres between the finger pads
+    ("ee_force", 3),  # N, external force on the end effector, base frame
+    ("ee_torque", 3),  # Nm, external torque on the end effector, base frame
+)
+STATE_DIM = sum(size for _, size in STATE_LAYOUT)
+
+
+def state_slices() -> dict[str, slice]:
+    """Name -> slice into the state vector."""
+    out, start = {}, 0
+    for name, size in STATE_LAYOUT:
+        out[name] = slice(start, start + size)
+        start += size
+    return out
+
+
+STATE_SLICES = state_slices()
+
+
+class ActionError(ValueError):
+    """An action that cannot be executed (wrong shape, NaN or inf)."""
+
+
+class GripperCommand(enum.IntEnum):
+    OPEN = -1
+    STAY = 0
+    CLOSE = 1
+
+
+GRIPPER_THRESHOLD = 0.5
+
+
+def gripper_command(value: float) -> GripperCommand:
+    if value > GRIPPER_THRESHOLD:
+        return GripperCommand.CLOSE
+    if value < -GRIPPER_THRESHOLD:
+        return GripperCommand.OPEN
+    return GripperCommand.STAY
+
+
+def validate_action(action) -> np.ndarray:
+    """Return the action as float32[7] clipped to [-1, 1]; raise ActionError if unusable."""
+    arr = np.asarray(action, dtype=np.float64)
+    if arr.shape != (ACTION_DIM,):
+        raise ActionError(
+            f"action must have shape ({ACTION_DIM},) = [dx, dy, dz, droll, dpitch, dyaw, gripper], "
+            f"got shape {arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)):
+        bad = [i for i in range(ACTION_DIM) if not np.isfinite(arr[i])]
+        raise ActionError(f"action contains NaN or inf at index {bad}: {arr.tolist()}; refusing to move the arm")
+    return np.clip(arr, -1.0, 1.0).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlLimits:
+    """How far one control step may move the end-effector target."""
+
+    control_hz: float = 10.0
+    max_translation_m: float = 0.03
+    max_rotation_rad: float = 0.15
+
+
+@dataclasses.dataclass(frozen=True)
+class SafetyBox:
+    """Axis-aligned workspace box for the TCP target, plus a bound on its rotation away
+    from the home orientation (per axis of the axis-angle deviation, radians)."""
+
+    low: tuple[float, float, float]
+    high: tuple[float, float, float]
+    max_rotation_rad: tuple[float, float, float] = (0.5, 0.5, 1.0)
+
+    def __post_init__(self):
+        if any(lo >= hi for lo, hi in zip(self.low, self.high)):
+            raise ValueError(f"safety box low {self.low} must be below high {self.high} on every axis")
+
+    def clip_position(self, pos: np.ndarray) -> np.ndarray:
+        return np.clip(pos, self.low, self.high)
+
+    def clip_rotation(self, rotvec: np.ndarray) -> np.ndarray:
+        lim = np.asarray(self.max_rotation_rad)
+        return np.clip(rotvec, -lim, lim)
+
+    def contains(self, pos: np.ndarray, tol: float = 1e-9) -> bool:
+        return bool(np.all(pos >= np.asarray(self.low) - tol) and np.all(pos <= np.asarray(self.high) + tol))
+
+
+def action_space() -> gym.spaces.Box:
+    return gym.spaces.Box(-1.0, 1.0, shape=(ACTION_DIM,), dtype=np.float32)
+
+
+def observation_space(
+    image_size: tuple[int, int] | None,
+    cameras: tuple[str, ...] = CAMERAS,
+    privileged: dict[str, int] | None = None,
+) -> gym.spaces.Dict:
+    """The observation space; ``image_size`` (H, W) or None for state-only."""
+    spaces: dict[str, gym.spaces.Space] = {
+        "state": gym.spaces.Box(-np.inf, np.inf, shape=(STATE_DIM,), dtype=np.float32)
+    }
+    if image_size is not None:
+        h, w = image_size
+        spaces["images"] = gym.spaces.Dict(
+            {cam: gym.spaces.Box(0, 255, shape=(h, w, 3), dtype=np.uint8) for cam in cameras}
+        )
+    if privileged:
+        spaces["privileged"] = gym.spaces.Dict(
+            {k: gym.spaces.Box(-np.inf, np.inf, shape=(n,), dtype=np.float32) for k, n in privileged.items()}
+        )
+    return gym.spaces.Dict(spaces)

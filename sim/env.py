@@ -1,0 +1,156 @@
+"""The twin as a gymnasium env: one class for every task and both physics engines.
+
+The env turns a 7-D action into an end-effector target (clipped to the task's safety
+box), hands it to the backend's 500 Hz impedance controller for one 10 Hz control
+period, and assembles the observation of ``robot_rl.contract``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl import contract
+from robot_rl.contract import CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
+from robot_rl.sim.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
+from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
+
+BACKENDS = ("mujoco", "pybullet")
+
+
+class UnknownBackendError(ValueError):
+    pass
+
+
+def make_backend(name: str, task: Task):
+    if name == "mujoco":
+        from robot_rl.sim.mujoco_backend import MujocoBackend
+
+        return MujocoBackend(task)
+    if name == "pybullet":
+        from robot_rl.sim.pybullet_backend import PybulletBackend
+
+        return PybulletBackend(task)
+    raise UnknownBackendError(f"unknown backend {name!r}; available backends: {', '.join(BACKENDS)}")
+
+
+class PandaCellEnv(gym.Env):
+    """Franka Panda work cell. ``images=True`` renders the ``front`` and ``wrist`` cameras
+    (uint8 H x W x 3, ``image_size`` = (H, W)); without it observations are state-only."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        task: str = "PickCube",
+        backend: str = "mujoco",
+        images: bool = False,
+        image_size: tuple[int, int] = (128, 128),
+        cameras: tuple[str, ...] = CAMERAS,
+        privileged: bool = True,
+        limits: ControlLimits = ControlLimits(),
+        render_mode: str | None = None,
+        max_episode_steps: int | None = None,
+    ):
+        self.task = get_task(task)
+        unknown = set(cameras) - set(CAMERAS)
+        if unknown:
+            raise ValueError(f"unknown cameras {sorted(unknown)}; the twin has {list(CAMERAS)}")
+        if len(image_size) != 2 or min(image_size) < 8:
+            raise ValueError(f"image_size must be (height, width) with both >= 8, got {image_size}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.backend_name = backend
+        self.backend = make_backend(backend, self.task)
+        self.images = images
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self.cameras = tuple(cameras)
+        self.with_privileged = privileged
+        self.limits = limits
+        self.render_mode = render_mode
+        self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
+        self.n_substeps = int(round(1.0 / (limits.control_hz * self.physics_dt)))
+        self.action_space = contract.action_space()
+        self.observation_space = contract.observation_space(
+            self.image_size if images else None, self.cameras, self.task.privileged_sizes() if privileged else None
+        )
+        self._layout: Layout | None = None
+        self._gripper_target = GRIPPER_OPEN_WIDTH
+        self._steps = 0
+
+    @property
+    def physics_dt(self) -> float:
+        return 0.002
+
+    @property
+    def control_dt(self) -> float:
+        return 1.0 / self.limits.control_hz
+
+    # ---- gymnasium API ------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._layout = self.task.sample_layout(self.np_random)
+        self.backend.reset(self._layout)
+        self._gripper_target = 0.0 if self._layout.held_object else self._layout.gripper_width
+        self._steps = 0
+        return self._observation(), {"success": False, "safety_clipped": False}
+
+    def step(self, action):
+        if self._layout is None:
+            raise RuntimeError("call reset() before step()")
+        act = validate_action(action)
+        pos, rot = self.backend.tcp_pose()
+        target_pos, target_rot, clipped = self._target(pos, rot, act)
+        command = gripper_command(act[6]) if self.task.uses_gripper else GripperCommand.STAY
+        if command is GripperCommand.CLOSE:
+            self._gripper_target = 0.0
+        elif command is GripperCommand.OPEN:
+            self._gripper_target = GRIPPER_OPEN_WIDTH
+        self.backend.step(target_pos, target_rot, self._gripper_target, self.n_substeps)
+        self._steps += 1
+        success = self.task.is_success(self.backend.object_poses(), self._layout)
+        truncated = self._steps >= self.max_episode_steps and not success
+        info = {"success": success, "safety_clipped": clipped, "gripper_command": int(command)}
+        return self._observation(), float(success), success, truncated, info
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        return self.backend.render("front", *self.image_size)
+
+    def close(self):
+        self.backend.close()
+
+    # ---- internals ----------------------------------------------------------------------
+    def _target(self, pos, rot, act):
+        """Delta action -> TCP target, clipped to the safety box (position and rotation)."""
+        box = self.task.safety_box
+        desired = pos + act[:3] * self.limits.max_translation_m
+        target_pos = box.clip_position(desired)
+        desired_rot = rotvec_to_matrix(act[3:6] * self.limits.max_rotation_rad) @ rot
+        deviation = matrix_to_rotvec(desired_rot @ HOME_ROTATION.T)
+        clipped_dev = box.clip_rotation(deviation)
+        rot_clipped = not np.allclose(clipped_dev, deviation)
+        target_rot = rotvec_to_matrix(clipped_dev) @ HOME_ROTATION if rot_clipped else desired_rot
+        clipped = rot_clipped or not np.allclose(target_pos, desired)
+        return target_pos, target_rot, clipped
+
+    def _state(self) -> np.ndarray:
+        pos, rot = self.backend.tcp_pose()
+        linvel, angvel = self.backend.tcp_velocity()
+        force, torque = self.backend.wrench()
+        width = self.backend.gripper_width()
+        return np.concatenate([pos, matrix_to_quat(rot), linvel, angvel, [width], force, torque]).astype(np.float32)
+
+    def _observation(self) -> dict:
+        obs: dict = {"state": self._state()}
+        if self.images:
+            h, w = self.image_size
+            obs["images"] = {cam: self.backend.render(cam, h, w) for cam in self.cameras}
+        if self.with_privileged:
+            obs["privileged"] = self.task.privileged(self.backend.object_poses(), self._layout)
+        return obs
+
+    @property
+    def layout(self) -> Layout | None:
+        return self._layout

@@ -1,0 +1,170 @@
+"""Scripted experts: the stand-in for a human demonstrator (and, later, for the simulated
+human who intervenes). They read the sim-only ``privileged`` observation.
+
+``noise`` is the standard deviation of Gaussian noise added to the motion part of every
+action (in action units, i.e. fractions of the per-step limit), and also the chance per
+step of a wrong gripper command: 0 gives clean demonstrations, ~0.3 diverse ones, >= 1
+mostly failures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robot_rl.contract import STATE_SLICES, ControlLimits
+from robot_rl.sim.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
+from robot_rl.sim.tasks import PegInsert, PickCube
+
+
+def _rotation_action(tcp_rot: np.ndarray, target_rot: np.ndarray, limits: ControlLimits) -> np.ndarray:
+    s = target_rot @ tcp_rot.T
+    err = 0.5 * np.array([s[2, 1] - s[1, 2], s[0, 2] - s[2, 0], s[1, 0] - s[0, 1]])
+    return np.clip(err / limits.max_rotation_rad, -1.0, 1.0)
+
+
+def _translation_action(error: np.ndarray, limits: ControlLimits, gain: float = 1.0) -> np.ndarray:
+    return np.clip(gain * error / limits.max_translation_m, -1.0, 1.0)
+
+
+def _yaw_rotation(yaw: float) -> np.ndarray:
+    c, s = np.cos(yaw), np.sin(yaw)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]) @ HOME_ROTATION
+
+
+class ScriptedExpert:
+    """Base: subclasses implement ``_clean_action``; this adds the noise."""
+
+    def __init__(self, noise: float = 0.0, seed: int | None = None, limits: ControlLimits = ControlLimits()):
+        if noise < 0:
+            raise ValueError(f"noise must be >= 0, got {noise}")
+        self.noise = noise
+        self.limits = limits
+        self.rng = np.random.default_rng(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        self.phase = "approach"
+        self._phase_steps = 0
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        if "privileged" not in obs:
+            raise ValueError("scripted experts read obs['privileged']; create the env with privileged=True")
+        action = self._clean_action(obs).astype(np.float64)
+        if self.noise > 0:
+            action[:6] += self.rng.normal(0.0, self.noise, size=6)
+            if self.rng.random() < min(self.noise, 1.0) * 0.2:
+                action[6] = -action[6] if action[6] != 0 else self.rng.choice([-1.0, 1.0])
+        return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+    def _set_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self.phase, self._phase_steps = phase, 0
+
+    def _clean_action(self, obs: dict) -> np.ndarray:
+        raise NotImplementedError
+
+
+class PickCubeExpert(ScriptedExpert):
+    """Hover over the cube with the fingers aligned to its faces, descend, close, lift."""
+
+    hover = 0.07
+    close_steps = 4
+
+    def _clean_action(self, obs: dict) -> np.ndarray:
+        state = obs["state"]
+        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        cube = obs["privileged"]["cube"].astype(np.float64)
+        cube_pos, cube_yaw = cube[:3], quat_to_yaw(cube[3:7])
+        # A cube looks the same every 90 degrees: grasp at the nearest face-aligned yaw.
+        tcp_yaw = float(np.arctan2(tcp_rot[1, 0], tcp_rot[0, 0]))
+        yaw = tcp_yaw + (np.mod(cube_yaw - tcp_yaw + np.pi / 4, np.pi / 2) - np.pi / 4)
+        target_rot = _yaw_rotation(yaw)
+        self._phase_steps += 1
+        gripper = -1.0
+        xy_err = np.linalg.norm(cube_pos[:2] - tcp[:2])
+        grasp_z = max(cube_pos[2] - 0.003, 0.012)
+        if self.phase == "approach":
+            target = np.array([cube_pos[0], cube_pos[1], cube_pos[2] + self.hover])
+            if xy_err < 0.006 and abs(yaw - tcp_yaw) < 0.05 and abs(tcp[2] - target[2]) < 0.03:
+                self._set_phase("descend")
+        if self.phase == "descend":
+            target = np.array([cube_pos[0], cube_pos[1], grasp_z])
+            if tcp[2] - grasp_z < 0.006:
+                self._set_phase("close")
+            elif xy_err > 0.02:  # the cube moved: go back up
+                self._set_phase("approach")
+        if self.phase == "close":
+            target, gripper = np.array([tcp[0], tcp[1], grasp_z]), 1.0
+            if self._phase_steps >= self.close_steps:
+                self._set_phase("lift")
+        if self.phase == "lift":
+            target, gripper = np.array([tcp[0], tcp[1], 0.25]), 1.0
+            target_rot = tcp_rot
+        action = np.zeros(7)
+        action[:3] = _translation_action(target - tcp, self.limits)
+        action[3:6] = _rotation_action(tcp_rot, target_rot, self.limits)
+        action[6] = gripper
+        return action
+
+
+class PegInsertExpert(ScriptedExpert):
+    """Centre the peg over the hole at a safe height, then descend while correcting."""
+
+    approach_height = 0.015  # peg bottom above the hole's top while aligning
+
+    def _clean_action(self, obs: dict) -> np.ndarray:
+        task = PegInsert
+        state = obs["state"]
+        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        peg = obs["privileged"]["peg"].astype(np.float64)
+        hole = obs["privileged"]["hole"].astype(np.float64)[:3]
+        peg_bottom = peg[:3] + quat_to_matrix(peg[3:7]) @ np.array([0.0, 0.0, -task.peg_half[2]])
+        hole_top = hole[2] + task.hole_depth
+        xy_err = hole[:2] - peg_bottom[:2]
+        self._phase_steps += 1
+        target = tcp.copy()
+        target[:2] += xy_err
+        if self.phase == "approach":
+            target[2] += hole_top + self.approach_height - peg_bottom[2]
+            if np.linalg.norm(xy_err) < 0.002:
+                self._set_phase("insert")
+        if self.phase == "insert":
+            target[2] -= 0.02
+            if np.linalg.norm(xy_err) > 0.006 and peg_bottom[2] > hole_top:
+                self._set_phase("approach")
+        action = np.zeros(7)
+        action[:3] = _translation_action(target - tcp, self.limits)
+        action[3:6] = _rotation_action(tcp_rot, HOME_ROTATION, self.limits)
+        action[6] = 1.0
+        return action
+
+
+EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert}
+
+
+def make_expert(task: str, noise: float = 0.0, seed: int | None = None, limits: ControlLimits = ControlLimits()):
+    from robot_rl.sim.tasks import get_task
+
+    get_task(task)  # raises a clear error listing the tasks
+    return EXPERTS[task](noise=noise, seed=seed, limits=limits)
+
+
+def run_episode(env, expert, seed: int | None = None, frames: list | None = None) -> dict:
+    """Roll out one episode; returns steps, success, return. Appends rendered frames if asked."""
+    obs, info = env.reset(seed=seed)
+    expert.reset()
+    total, steps, success = 0.0, 0, False
+    while True:
+        if frames is not None:
+            frames.append(obs)
+        obs, reward, terminated, truncated, info = env.step(expert(obs))
+        total += reward
+        steps += 1
+        success = success or info["success"]
+        if terminated or truncated:
+            break
+    if frames is not None:
+        frames.append(obs)
+    return {"steps": steps, "success": success, "return": total}

@@ -1,0 +1,280 @@
+"""MuJoCo backend of the twin: the Panda from pybullet_data's URDF, our work cell around
+it, a Cartesian impedance controller stepped at 500 Hz with the physics."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from robot_rl.sim import panda_description as panda  # noqa: E402
+from robot_rl.sim.controller import CartesianImpedance  # noqa: E402
+from robot_rl.sim.geometry import matrix_to_quat  # noqa: E402
+from robot_rl.sim.tasks import Layout, SceneObject, Task  # noqa: E402
+
+PHYSICS_DT = 0.002  # 500 Hz physics and control
+
+
+def look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """Quaternion of a MuJoCo camera at ``pos`` looking at ``target`` (camera looks along -z)."""
+    forward = np.asarray(target, float) - np.asarray(pos, float)
+    forward /= np.linalg.norm(forward)
+    right = np.cross(forward, up)
+    right /= np.linalg.norm(right)
+    cam_up = np.cross(right, forward)
+    return matrix_to_quat(np.column_stack([right, cam_up, -forward]))
+
+
+def _load_panda_spec() -> mujoco.MjSpec:
+    text = panda.urdf_text_with_absolute_meshes()
+    compiler = '<mujoco><compiler discardvisual="false" fusestatic="false" balanceinertia="true"/></mujoco>'
+    robot_tag_end = text.index(">", text.index("<robot")) + 1
+    text = text[:robot_tag_end] + compiler + text[robot_tag_end:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # obj files without texture coordinates
+        return mujoco.MjSpec.from_string(text)
+
+
+def build_spec(task: Task) -> mujoco.MjSpec:
+    spec = _load_panda_spec()
+    spec.modelname = f"robot_rl_{task.name}"
+    spec.option.timestep = PHYSICS_DT
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    spec.option.noslip_iterations = 0
+    spec.visual.global_.offwidth = 640
+    spec.visual.global_.offheight = 480
+
+    # Robot: URDF meshes are for looks only; contacts use our primitives (fast, stable grasps).
+    seen_meshes: set[str] = set()
+    for body in spec.bodies:
+        if body.name.startswith("panda_"):
+            body.gravcomp = 1.0
+        for geom in list(body.geoms):
+            key = f"{body.name}/{geom.meshname}"
+            if key in seen_meshes:  # the URDF's duplicate collision mesh
+                spec.delete(geom)
+                continue
+            seen_meshes.add(key)
+            geom.contype, geom.conaffinity, geom.group = 0, 0, 2
+            geom.rgba = [0.95, 0.95, 0.95, 1.0] if "finger" not in body.name else [0.3, 0.3, 0.3, 1.0]
+    for name in panda.ARM_JOINTS:
+        joint = spec.joint(name)
+        joint.armature = 0.1
+        joint.damping = [0.5, 0.0, 0.0]
+    for name in panda.FINGER_JOINTS:
+        joint = spec.joint(name)
+        joint.armature = 0.05
+        joint.damping = [5.0, 0.0, 0.0]
+
+    hand = spec.body(panda.HAND_LINK)
+    hand.add_geom(
+        name="hand_box", type=mujoco.mjtGeom.mjGEOM_BOX, size=panda.HAND_BOX_HALF_SIZE,
+        pos=panda.HAND_BOX_CENTER, rgba=[0, 0, 0, 0], group=3,
+    )
+    for sign, link in zip((1.0, -1.0), panda.FINGER_LINKS):
+        cx, cy, cz = panda.PAD_CENTER
+        spec.body(link).add_geom(
+            name=f"{link}_pad", type=mujoco.mjtGeom.mjGEOM_BOX, size=panda.PAD_HALF_SIZE,
+            pos=[cx, sign * cy, cz], rgba=[0.2, 0.2, 0.2, 1.0], friction=[1.5, 0.01, 0.001], condim=4,
+            solref=[0.01, 1.0], group=3,
+        )
+    spec.add_exclude(bodyname1=panda.FINGER_LINKS[0], bodyname2=panda.FINGER_LINKS[1])
+    hand.add_site(name="tcp", pos=[0, 0, panda.TCP_OFFSET_IN_HAND], size=[0.005, 0.005, 0.005])
+    hand.add_site(name="ft", pos=[0, 0, 0], size=[0.005, 0.005, 0.005])
+    spec.add_sensor(name="ee_force", type=mujoco.mjtSensor.mjSENS_FORCE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
+    spec.add_sensor(name="ee_torque", type=mujoco.mjtSensor.mjSENS_TORQUE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
+    hand.add_camera(name="wrist", pos=panda.WRIST_CAMERA_POS,
+                    quat=look_at_quat(panda.WRIST_CAMERA_POS, panda.WRIST_CAMERA_TARGET, up=(1.0, 0.0, 0.0)), fovy=75)
+
+    for name, limit in zip(panda.ARM_JOINTS, panda.ARM_EFFORT_LIMITS):
+        act = spec.add_actuator(name=f"{name}_motor", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+        act.ctrlrange = [-limit, limit]
+        act.ctrllimited = True
+    grip = spec.add_actuator(name="gripper", target=panda.FINGER_JOINTS[0], trntype=mujoco.mjtTrn.mjTRN_JOINT)
+    grip.set_to_position(kp=800.0, kv=20.0)
+    grip.ctrlrange = [0.0, 0.04]
+    grip.ctrllimited = True
+    grip.forcerange = [-30.0, 30.0]
+    grip.forcelimited = True
+
+    # The work cell: a table surface at z = 0, lights, a front camera.
+    world = spec.worldbody
+    spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
+                     rgb1=[0.55, 0.45, 0.35], rgb2=[0.5, 0.4, 0.3], width=256, height=256)
+    mat = spec.add_material(name="table", texrepeat=[8, 8])
+    mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "grid"
+    world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], material="table")
+    world.add_light(pos=[0.5, 0.0, 1.5], dir=[0, 0, -1], diffuse=[0.8, 0.8, 0.8])
+    world.add_light(pos=[1.5, 0.5, 1.0], dir=[-1, -0.3, -0.6], diffuse=[0.4, 0.4, 0.4])
+    front_pos, front_target = (1.15, 0.0, 0.55), (0.5, 0.0, 0.05)
+    world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, front_target), fovy=50)
+
+    for obj in task.objects:
+        _add_object(spec, obj)
+        if obj.movable:
+            # A held object (PegInsert's peg) is welded to the hand while the episode says so:
+            # MuJoCo's soft contacts let a friction grasp creep under sustained insertion force.
+            spec.add_equality(name=f"hold_{obj.name}", type=mujoco.mjtEq.mjEQ_WELD, name1=panda.HAND_LINK,
+                              name2=obj.name, objtype=mujoco.mjtObj.mjOBJ_BODY, active=False, solref=[0.005, 1.0])
+    return spec
+
+
+def _add_object(spec: mujoco.MjSpec, obj: SceneObject) -> None:
+    body = spec.worldbody.add_body(name=obj.name, mocap=not obj.movable)
+    if obj.movable:
+        body.add_freejoint(name=f"{obj.name}_joint")
+    for i, g in enumerate(obj.geoms):
+        geom = body.add_geom(
+            name=f"{obj.name}_{i}", type=mujoco.mjtGeom.mjGEOM_BOX, size=g.half_size, pos=g.local_pos,
+            rgba=obj.rgba, friction=[obj.friction, 0.01, 0.001], condim=4,
+        )
+        if obj.movable:
+            geom.mass = obj.mass / len(obj.geoms)
+
+
+class MujocoBackend:
+    name = "mujoco"
+
+    def __init__(self, task: Task):
+        self.task = task
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # obj files without texture coordinates
+            self.model = build_spec(task).compile()
+        self.data = mujoco.MjData(self.model)
+        m = self.model
+        self._arm_qpos = np.array([m.jnt_qposadr[m.joint(j).id] for j in panda.ARM_JOINTS])
+        self._arm_dof = np.array([m.jnt_dofadr[m.joint(j).id] for j in panda.ARM_JOINTS])
+        assert np.array_equal(self._arm_dof, np.arange(7)), "arm dofs must come first"
+        self._finger_qpos = np.array([m.jnt_qposadr[m.joint(j).id] for j in panda.FINGER_JOINTS])
+        self._tcp = m.site("tcp").id
+        self._ft = m.site("ft").id
+        self._hand = m.body(panda.HAND_LINK).id
+        self._force_adr = m.sensor_adr[m.sensor("ee_force").id]
+        self._torque_adr = m.sensor_adr[m.sensor("ee_torque").id]
+        # Views into MjData's fixed buffers, bound once for the 500 Hz loop.
+        d = self.data
+        self._jac_full = np.zeros((6, m.nv))
+        self._jacp, self._jacr = self._jac_full[:3], self._jac_full[3:]
+        self._jac_arm = self._jac_full[:, :7]
+        self._qpos_arm, self._qvel_arm, self._ctrl_arm = d.qpos[:7], d.qvel[:7], d.ctrl[:7]
+        self._tcp_xpos = d.site_xpos[self._tcp]
+        self._tcp_xmat = d.site_xmat[self._tcp].reshape(3, 3)
+        self._objects = {}
+        for obj in task.objects:
+            body = m.body(obj.name)
+            if obj.movable:
+                jnt = m.joint(f"{obj.name}_joint")
+                self._objects[obj.name] = ("free", m.jnt_qposadr[jnt.id], m.jnt_dofadr[jnt.id])
+            else:
+                self._objects[obj.name] = ("mocap", m.body_mocapid[body.id], None)
+        self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS)
+        self._q_rest = np.asarray(task.home_joints, dtype=np.float64)
+        self._hand_subtree_weight = m.body_subtreemass[self._hand] * np.linalg.norm(m.opt.gravity)
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+
+    # ---- episode set-up -------------------------------------------------------------
+    def reset(self, layout: Layout) -> None:
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)  # also deactivates the hold welds (inactive by default)
+        d.qpos[self._arm_qpos] = self.task.home_joints
+        half = layout.gripper_width / 2
+        d.qpos[self._finger_qpos] = half
+        d.ctrl[7] = half if layout.held_object is None else 0.0
+        for name, (pos, quat) in layout.object_poses.items():
+            kind, adr, _ = self._objects[name]
+            if kind == "free":
+                d.qpos[adr : adr + 3] = pos
+                d.qpos[adr + 3 : adr + 7] = quat
+            else:
+                d.mocap_pos[adr] = pos
+                d.mocap_quat[adr] = quat
+        if layout.held_object is not None:
+            self._hold(layout.held_object)
+        mujoco.mj_forward(m, d)
+
+    def _hold(self, name: str) -> None:
+        """Activate the weld between the hand and ``name`` at their current relative pose."""
+        m, d = self.model, self.data
+        mujoco.mj_kinematics(m, d)
+        eq = m.equality(f"hold_{name}").id
+        hand_pos, hand_quat = d.xpos[self._hand], d.xquat[self._hand]
+        obj = m.body(name).id
+        inv = np.zeros(4)
+        mujoco.mju_negQuat(inv, hand_quat)
+        rel_pos, rel_quat = np.zeros(3), np.zeros(4)
+        mujoco.mju_rotVecQuat(rel_pos, d.xpos[obj] - hand_pos, inv)
+        mujoco.mju_mulQuat(rel_quat, inv, d.xquat[obj])
+        # eq_data for a weld: anchor (3), relative pose of body2 in body1 (pos 3, quat 4), torque scale.
+        m.eq_data[eq, 0:3] = 0.0
+        m.eq_data[eq, 3:6] = rel_pos
+        m.eq_data[eq, 6:10] = rel_quat
+        m.eq_data[eq, 10] = 1.0
+        d.eq_active[eq] = 1
+
+    # ---- control ----------------------------------------------------------------------
+    def step(self, target_pos, target_rot, gripper_width_target, n_substeps: int) -> None:
+        m, d = self.model, self.data
+        d.ctrl[7] = np.clip(gripper_width_target / 2, 0.0, 0.04)
+        jacp, jacr, jac, tcp = self._jacp, self._jacr, self._jac_arm, self._tcp
+        qpos, qvel, ctrl, xpos, xmat = self._qpos_arm, self._qvel_arm, self._ctrl_arm, self._tcp_xpos, self._tcp_xmat
+        torques = self.controller.torques
+        step1, step2, jac_site = mujoco.mj_step1, mujoco.mj_step2, mujoco.mj_jacSite
+        jac_site(m, d, jacp, jacr, tcp)
+        self.controller.update_nullspace(jac, self._q_rest)
+        for _ in range(n_substeps):
+            step1(m, d)  # kinematics of the current state
+            jac_site(m, d, jacp, jacr, tcp)
+            ctrl[:] = torques(jac, qpos, qvel, xpos, xmat, target_pos, target_rot)
+            step2(m, d)
+        mujoco.mj_forward(m, d)  # observations reflect the state after the last step
+
+    # ---- measurements -----------------------------------------------------------------
+    def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.data.site_xpos[self._tcp].copy(), self.data.site_xmat[self._tcp].reshape(3, 3).copy()
+
+    def tcp_velocity(self) -> tuple[np.ndarray, np.ndarray]:
+        vel = np.zeros(6)
+        mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_SITE, self._tcp, vel, 0)
+        return vel[3:].copy(), vel[:3].copy()  # linear, angular (world frame)
+
+    def gripper_width(self) -> float:
+        return float(np.sum(self.data.qpos[self._finger_qpos]))
+
+    def wrench(self) -> tuple[np.ndarray, np.ndarray]:
+        """External force/torque on the hand (base frame): the wrist F/T reading with the
+        hand's own weight removed, like the Franka's estimate of the external wrench."""
+        d = self.data
+        rot = d.site_xmat[self._ft].reshape(3, 3)
+        force = rot @ d.sensordata[self._force_adr : self._force_adr + 3]
+        torque = rot @ d.sensordata[self._torque_adr : self._torque_adr + 3]
+        # At rest the sensor reads the support of the hand subtree's weight (+z at its COM).
+        support = np.array([0.0, 0.0, self._hand_subtree_weight])
+        lever = d.subtree_com[self._hand] - d.site_xpos[self._ft]
+        return -(force - support), -(torque - np.cross(lever, support))
+
+    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        d = self.data
+        out = {}
+        for name, (kind, adr, _) in self._objects.items():
+            if kind == "free":
+                out[name] = (d.qpos[adr : adr + 3].copy(), d.qpos[adr + 3 : adr + 7].copy())
+            else:
+                out[name] = (d.mocap_pos[adr].copy(), d.mocap_quat[adr].copy())
+        return out
+
+    def render(self, camera: str, height: int, width: int) -> np.ndarray:
+        renderer = self._renderers.get((height, width))
+        if renderer is None:
+            renderer = self._renderers[(height, width)] = mujoco.Renderer(self.model, height, width)
+        renderer.update_scene(self.data, camera=camera)
+        return renderer.render()
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()

@@ -1,0 +1,175 @@
+"""Engine-agnostic task descriptions: the objects in the scene (as box primitives both
+engines build the same way), how each episode is randomised, and what success means."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from robot_rl.contract import SafetyBox
+from robot_rl.sim.geometry import quat_to_matrix, yaw_to_quat
+
+# Gripper width when fully open (metres between the finger pads).
+GRIPPER_OPEN_WIDTH = 0.08
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxGeom:
+    half_size: tuple[float, float, float]
+    local_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneObject:
+    """A rigid object made of boxes. ``mass=None`` makes it fixed (placed per episode)."""
+
+    name: str
+    geoms: tuple[BoxGeom, ...]
+    rgba: tuple[float, float, float, float]
+    mass: float | None = None
+    friction: float = 1.0
+
+    @property
+    def movable(self) -> bool:
+        return self.mass is not None
+
+
+Pose = tuple[np.ndarray, np.ndarray]  # position (3,), quaternion (w, x, y, z)
+
+
+@dataclasses.dataclass
+class Layout:
+    """One episode's randomised initial scene."""
+
+    object_poses: dict[str, Pose]
+    held_object: str | None = None  # an object that starts between the fingers
+    held_offset: np.ndarray | None = None  # its position relative to the TCP (base frame)
+    gripper_width: float = GRIPPER_OPEN_WIDTH
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+class Task:
+    """Base class: subclasses fill in the class attributes and the three methods."""
+
+    name: str
+    max_episode_steps: int = 100
+    uses_gripper: bool = True
+    home_tcp_pos: tuple[float, float, float]
+    # Joint configuration whose TCP pose is (home_tcp_pos, HOME_ROTATION); computed once by
+    # damped least-squares IK on the Panda model (tests check it on both engines).
+    home_joints: tuple[float, ...]
+    safety_box: SafetyBox
+    objects: tuple[SceneObject, ...]
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        raise NotImplementedError
+
+    def privileged(self, poses: dict[str, Pose], layout: Layout) -> dict[str, np.ndarray]:
+        """Sim-only observation: pose (x, y, z, qw, qx, qy, qz) of every object."""
+        return {name: np.concatenate(pose).astype(np.float32) for name, pose in poses.items()}
+
+    def privileged_sizes(self) -> dict[str, int]:
+        return {obj.name: 7 for obj in self.objects}
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        raise NotImplementedError
+
+
+class PickCube(Task):
+    """A cube at a random position and yaw on the table; success when lifted 10 cm."""
+
+    name = "PickCube"
+    max_episode_steps = 100
+    uses_gripper = True
+    home_tcp_pos = (0.5, 0.0, 0.2)
+    home_joints = (0.0, 0.0428, 0.0, -2.3753, 0.0, 2.4181, 0.7854)
+    safety_box = SafetyBox(low=(0.3, -0.25, 0.01), high=(0.7, 0.25, 0.35))
+    cube_half = 0.02
+    cube_region_low = (0.4, -0.15)
+    cube_region_high = (0.6, 0.15)
+    cube_yaw_range = np.pi / 4
+    lift_height = 0.10
+    objects = (
+        SceneObject("cube", (BoxGeom((0.02, 0.02, 0.02)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.05, friction=1.0),
+    )
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        xy = rng.uniform(self.cube_region_low, self.cube_region_high)
+        yaw = rng.uniform(-self.cube_yaw_range, self.cube_yaw_range)
+        pos = np.array([xy[0], xy[1], self.cube_half])
+        return Layout(object_poses={"cube": (pos, yaw_to_quat(yaw))})
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        start_z = layout.object_poses["cube"][0][2]
+        return bool(poses["cube"][0][2] >= start_z + self.lift_height)
+
+
+class PegInsert(Task):
+    """A square peg held in the gripper goes into a square hole with 2 mm clearance per side;
+    the hole's position is randomised by +-3 cm. Success when the peg is 2 cm deep."""
+
+    name = "PegInsert"
+    max_episode_steps = 100
+    uses_gripper = False  # the peg stays grasped; the gripper action is ignored
+    home_tcp_pos = (0.5, 0.0, 0.15)
+    home_joints = (0.0, 0.1477, 0.0, -2.3977, 0.0, 2.5454, 0.7854)
+    safety_box = SafetyBox(low=(0.4, -0.1, 0.06), high=(0.6, 0.1, 0.25), max_rotation_rad=(0.3, 0.3, 0.5))
+    peg_half = (0.011, 0.011, 0.04)
+    hole_half_width = 0.013
+    hole_depth = 0.04
+    hole_region = 0.03
+    insertion_depth = 0.02
+    peg_offset = (0.0, 0.0, -0.025)  # peg centre relative to the TCP at grasp
+
+    @property
+    def objects(self) -> tuple[SceneObject, ...]:
+        w, d = self.hole_half_width, self.hole_depth / 2
+        wall = 0.03  # wall thickness (half)
+        outer = w + 2 * wall
+        walls = (
+            BoxGeom((outer, wall, d), (0.0, w + wall, d)),
+            BoxGeom((outer, wall, d), (0.0, -(w + wall), d)),
+            BoxGeom((wall, w, d), (w + wall, 0.0, d)),
+            BoxGeom((wall, w, d), (-(w + wall), 0.0, d)),
+        )
+        return (
+            SceneObject("peg", (BoxGeom(self.peg_half),), rgba=(0.2, 0.4, 0.85, 1.0), mass=0.05, friction=1.0),
+            SceneObject("hole", walls, rgba=(0.6, 0.6, 0.55, 1.0), mass=None, friction=0.5),
+        )
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        hx, hy = rng.uniform(-self.hole_region, self.hole_region, size=2)
+        hole = np.array([self.home_tcp_pos[0] + hx, self.home_tcp_pos[1] + hy, 0.0])
+        peg = np.asarray(self.home_tcp_pos) + np.asarray(self.peg_offset)
+        return Layout(
+            object_poses={"peg": (peg, np.array([1.0, 0, 0, 0])), "hole": (hole, np.array([1.0, 0, 0, 0]))},
+            held_object="peg",
+            held_offset=np.asarray(self.peg_offset),
+            gripper_width=2 * self.peg_half[0],
+        )
+
+    def peg_bottom(self, peg_pose: Pose) -> np.ndarray:
+        pos, quat = peg_pose
+        return pos + quat_to_matrix(quat) @ np.array([0.0, 0.0, -self.peg_half[2]])
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        bottom = self.peg_bottom(poses["peg"])
+        hole = poses["hole"][0]
+        inside = np.all(np.abs(bottom[:2] - hole[:2]) < self.hole_half_width)
+        return bool(inside and bottom[2] <= hole[2] + self.hole_depth - self.insertion_depth)
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert)}
+
+
+class UnknownTaskError(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def get_task(name: str) -> Task:
+    try:
+        return TASKS[name]()
+    except KeyError:
+        raise UnknownTaskError(f"unknown task {name!r}; available tasks: {', '.join(sorted(TASKS))}") from None
