@@ -111,7 +111,7 @@ def build_spec(task: Task) -> mujoco.MjSpec:
     world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], material="table")
     world.add_light(pos=[0.5, 0.0, 1.5], dir=[0, 0, -1], diffuse=[0.8, 0.8, 0.8])
     world.add_light(pos=[1.5, 0.5, 1.0], dir=[-1, -0.3, -0.6], diffuse=[0.4, 0.4, 0.4])
-    front_pos, front_target = (1.15, 0.0, 0.55), (0.5, 0.0, 0.05)
+    front_pos, front_target = (1.3, 0.0, 0.65), (0.45, 0.0, 0.1)
     world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, front_target), fovy=50)
 
     for obj in task.objects:

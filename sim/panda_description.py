@@ -21,8 +21,8 @@ PAD_CENTER = (0.0, 0.006, 0.045)
 HAND_BOX_HALF_SIZE = (0.03, 0.1, 0.04)
 HAND_BOX_CENTER = (0.0, 0.0, 0.02)
 # Wrist camera in the hand frame, looking at the finger tips.
-WRIST_CAMERA_POS = (0.08, 0.0, 0.0)
-WRIST_CAMERA_TARGET = (0.0, 0.0, 0.11)
+WRIST_CAMERA_POS = (0.1, 0.0, 0.06)
+WRIST_CAMERA_TARGET = (0.0, 0.0, 0.16)
 
 
 class MissingRobotDescription(RuntimeError):

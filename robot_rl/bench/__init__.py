@@ -1,1 +1,19 @@
-"""Benchmarks: `robot-rl bench NAME [--quick] [--json]`."""
+"""Benchmarks: ``robot-rl bench NAME [--quick] [--json]``; each returns a dict of figures."""
+
+from __future__ import annotations
+
+import importlib
+
+# name -> module with a ``run(quick: bool, log) -> dict`` function
+BENCHMARKS = {"sim": "robot_rl.bench.sim"}
+
+
+class UnknownBenchmarkError(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def run_benchmark(name: str, quick: bool = False, log=print) -> dict:
+    if name not in BENCHMARKS:
+        raise UnknownBenchmarkError(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))}")
+    return importlib.import_module(BENCHMARKS[name]).run(quick=quick, log=log)

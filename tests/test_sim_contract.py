@@ -1,0 +1,180 @@
+"""Both engines serve the same contract: spaces, dtypes, determinism, safety, errors."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import robot_rl.sim
+from robot_rl import contract
+from robot_rl.contract import ActionError
+from robot_rl.sim import make
+from robot_rl.sim.geometry import HOME_ROTATION, quat_to_matrix
+
+BACKENDS = ["mujoco", "pybullet"]
+TASKS = ["PickCube", "PegInsert"]
+
+
+@pytest.fixture(scope="module", params=[(b, t) for b in BACKENDS for t in TASKS], ids=lambda p: f"{p[0]}-{p[1]}")
+def env(request):
+    backend, task = request.param
+    env = make(task, backend=backend)
+    yield env
+    env.close()
+
+
+def test_spaces_and_dtypes(env):
+    obs, info = env.reset(seed=0)
+    assert env.action_space.shape == (7,) and env.action_space.dtype == np.float32
+    assert np.all(env.action_space.low == -1) and np.all(env.action_space.high == 1)
+    assert env.observation_space.contains(obs)
+    assert obs["state"].dtype == np.float32 and obs["state"].shape == (contract.STATE_DIM,)
+    assert "images" not in obs  # rendered only when asked for
+    assert set(obs["privileged"]) == {o.name for o in env.task.objects}
+    obs, reward, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+    assert env.observation_space.contains(obs)
+    assert isinstance(reward, float) and isinstance(terminated, bool) and isinstance(truncated, bool)
+    assert {"success", "safety_clipped"} <= set(info)
+
+
+def test_home_pose(env):
+    obs, _ = env.reset(seed=1)
+    s = contract.STATE_SLICES
+    np.testing.assert_allclose(obs["state"][s["tcp_pos"]], env.task.home_tcp_pos, atol=2e-3)
+    np.testing.assert_allclose(quat_to_matrix(obs["state"][s["tcp_quat"]]), HOME_ROTATION, atol=1e-2)
+    np.testing.assert_allclose(obs["state"][s["ee_force"]], 0.0, atol=1.0)
+
+
+def test_same_seed_same_episode_bit_for_bit(env):
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(15, 7)).astype(np.float32)
+
+    def rollout(seed):
+        obs, _ = env.reset(seed=seed)
+        out = [obs["state"].copy(), *[v.copy() for v in obs["privileged"].values()]]
+        for a in actions:
+            obs, *_ = env.step(a)
+            out += [obs["state"].copy(), *[v.copy() for v in obs["privileged"].values()]]
+        return out
+
+    first, second = rollout(7), rollout(7)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    other = rollout(8)
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
+
+
+def test_zero_action_holds_position(env):
+    obs0, _ = env.reset(seed=2)
+    for _ in range(5):
+        obs, *_ = env.step(np.zeros(7))
+    np.testing.assert_allclose(obs["state"][:3], obs0["state"][:3], atol=3e-3)
+
+
+def test_translation_moves_the_tcp_a_few_cm_per_step(env):
+    obs0, _ = env.reset(seed=3)
+    obs, *_ = env.step(np.array([0, 1, 0, 0, 0, 0, 0], np.float32))
+    obs, *_ = env.step(np.array([0, 1, 0, 0, 0, 0, 0], np.float32))
+    dy = obs["state"][1] - obs0["state"][1]
+    assert 0.02 < dy <= 2 * env.limits.max_translation_m + 1e-3
+
+
+def test_safety_box_clips_the_target(env):
+    env.reset(seed=4)
+    clipped = []
+    for _ in range(25):
+        obs, _, _, _, info = env.step(np.array([0, 0, 1, 0, 0, 0, 0], np.float32))
+        clipped.append(info["safety_clipped"])
+    assert clipped[-1] and not clipped[0]
+    box = env.task.safety_box
+    assert obs["state"][2] <= box.high[2] + 0.01
+    env.reset(seed=4)
+    for _ in range(25):
+        obs, *_ = env.step(np.array([1, -1, -1, 0, 0, 0, 0], np.float32))
+    pos = obs["state"][:3]
+    assert box.contains(pos, tol=0.01), pos
+
+
+def test_rotation_is_bounded_by_the_safety_box(env):
+    env.reset(seed=5)
+    for _ in range(30):
+        obs, *_ = env.step(np.array([0, 0, 0, 0, 0, 1, 0], np.float32))
+    rot = quat_to_matrix(obs["state"][3:7])
+    yaw = np.arctan2(rot[1, 0], rot[0, 0])
+    assert abs(yaw) <= env.task.safety_box.max_rotation_rad[2] + 0.05
+    assert abs(yaw) > 0.2  # it did rotate
+
+
+def test_nan_and_shape_errors_leave_the_env_usable(env):
+    env.reset(seed=6)
+    with pytest.raises(ActionError, match="NaN"):
+        env.step(np.full(7, np.nan))
+    with pytest.raises(ActionError, match="shape"):
+        env.step(np.zeros(3))
+    env.step(np.zeros(7))
+
+
+def test_episode_truncates_at_the_time_limit(env):
+    env.reset(seed=0)
+    for i in range(env.max_episode_steps):
+        _, _, terminated, truncated, _ = env.step(np.zeros(7))
+    assert truncated and not terminated
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cameras_render_uint8_images_of_configured_size(backend):
+    env = make("PickCube", backend=backend, images=True, image_size=(48, 64))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    for cam in ("front", "wrist"):
+        img = obs["images"][cam]
+        assert img.shape == (48, 64, 3) and img.dtype == np.uint8
+        assert img.std() > 5  # not a blank frame
+    before = obs["images"]["wrist"].copy()
+    for _ in range(3):
+        obs, *_ = env.step(np.array([0, 0, -1, 0, 0, 0, 0], np.float32))
+    assert np.abs(obs["images"]["wrist"].astype(int) - before).mean() > 1  # the wrist camera moves with the hand
+    env.close()
+
+
+def test_backends_agree_on_contract():
+    envs = {b: make("PickCube", backend=b) for b in BACKENDS}
+    obs = {b: e.reset(seed=11)[0] for b, e in envs.items()}
+    assert envs["mujoco"].observation_space == envs["pybullet"].observation_space
+    assert envs["mujoco"].action_space == envs["pybullet"].action_space
+    np.testing.assert_allclose(obs["mujoco"]["privileged"]["cube"], obs["pybullet"]["privileged"]["cube"], atol=1e-6)
+    np.testing.assert_allclose(obs["mujoco"]["state"][:7], obs["pybullet"]["state"][:7], atol=3e-3)
+    action = np.array([1, 0, -1, 0, 0, 0, 0], np.float32)
+    for _ in range(3):
+        obs = {b: e.step(action)[0] for b, e in envs.items()}
+    np.testing.assert_allclose(obs["mujoco"]["state"][:3], obs["pybullet"]["state"][:3], atol=0.015)
+    for e in envs.values():
+        e.close()
+
+
+def test_unknown_task_lists_available_tasks():
+    with pytest.raises(robot_rl.sim.UnknownTaskError, match="available tasks: PegInsert, PickCube"):
+        make("StackCubes")
+
+
+def test_unknown_backend_lists_backends():
+    with pytest.raises(robot_rl.sim.UnknownBackendError, match="mujoco, pybullet"):
+        make("PickCube", backend="isaac")
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="unknown cameras"):
+        make("PickCube", cameras=("side",))
+    with pytest.raises(ValueError, match="image_size"):
+        make("PickCube", image_size=(4, 4))
+
+
+def test_step_before_reset_is_an_error():
+    env = make("PickCube")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros(7))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_registered_gymnasium_ids(task):
+    env = gym.make(f"robot_rl/{task}-v0", backend="mujoco")
+    obs, _ = env.reset(seed=0)
+    assert obs["state"].shape == (contract.STATE_DIM,)
+    env.close()
