@@ -89,7 +89,7 @@ def build_spec(task: Task) -> mujoco.MjSpec:
     spec.add_sensor(name="ee_force", type=mujoco.mjtSensor.mjSENS_FORCE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
     spec.add_sensor(name="ee_torque", type=mujoco.mjtSensor.mjSENS_TORQUE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
     hand.add_camera(name="wrist", pos=panda.WRIST_CAMERA_POS,
-                    quat=look_at_quat(panda.WRIST_CAMERA_POS, panda.WRIST_CAMERA_TARGET, up=(1.0, 0.0, 0.0)), fovy=75)
+                    quat=look_at_quat(panda.WRIST_CAMERA_POS, panda.WRIST_CAMERA_TARGET, up=(1.0, 0.0, 0.0)), fovy=panda.WRIST_CAMERA_FOVY)
 
     for name, limit in zip(panda.ARM_JOINTS, panda.ARM_EFFORT_LIMITS):
         act = spec.add_actuator(name=f"{name}_motor", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
@@ -111,8 +111,8 @@ def build_spec(task: Task) -> mujoco.MjSpec:
     world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], material="table")
     world.add_light(pos=[0.5, 0.0, 1.5], dir=[0, 0, -1], diffuse=[0.8, 0.8, 0.8])
     world.add_light(pos=[1.5, 0.5, 1.0], dir=[-1, -0.3, -0.6], diffuse=[0.4, 0.4, 0.4])
-    front_pos, front_target = (1.3, 0.0, 0.65), (0.45, 0.0, 0.1)
-    world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, front_target), fovy=50)
+    world.add_camera(name="front", pos=panda.FRONT_CAMERA_POS, fovy=panda.FRONT_CAMERA_FOVY,
+                     quat=look_at_quat(panda.FRONT_CAMERA_POS, panda.FRONT_CAMERA_TARGET))
 
     for obj in task.objects:
         _add_object(spec, obj)

@@ -20,6 +20,11 @@ PAD_CENTER = (0.0, 0.006, 0.045)
 # The hand's collision box (our primitive), in the hand frame.
 HAND_BOX_HALF_SIZE = (0.03, 0.1, 0.04)
 HAND_BOX_CENTER = (0.0, 0.0, 0.02)
+# The work cell's fixed front camera (base frame), shared by both engines.
+FRONT_CAMERA_POS = (1.3, 0.0, 0.65)
+FRONT_CAMERA_TARGET = (0.45, 0.0, 0.1)
+FRONT_CAMERA_FOVY = 50.0
+WRIST_CAMERA_FOVY = 75.0
 # Wrist camera in the hand frame, looking at the finger tips.
 WRIST_CAMERA_POS = (0.1, 0.0, 0.06)
 WRIST_CAMERA_TARGET = (0.0, 0.0, 0.16)
