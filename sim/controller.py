@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+PHYSICS_DT = 0.002  # s: physics and this controller both run at 500 Hz in both engines
+
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from robot_rl import contract
 from robot_rl.contract import CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
+from robot_rl.sim.controller import PHYSICS_DT
 from robot_rl.sim.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
 
@@ -69,7 +70,7 @@ class PandaCellEnv(gym.Env):
         self.limits = limits
         self.render_mode = render_mode
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
-        self.n_substeps = int(round(1.0 / (limits.control_hz * self.physics_dt)))
+        self.n_substeps = int(round(1.0 / (limits.control_hz * PHYSICS_DT)))
         self.action_space = contract.action_space()
         self.observation_space = contract.observation_space(
             self.image_size if images else None, self.cameras, self.task.privileged_sizes() if privileged else None
@@ -77,10 +78,6 @@ class PandaCellEnv(gym.Env):
         self._layout: Layout | None = None
         self._gripper_target = GRIPPER_OPEN_WIDTH
         self._steps = 0
-
-    @property
-    def physics_dt(self) -> float:
-        return 0.002
 
     @property
     def control_dt(self) -> float:

@@ -64,14 +64,6 @@ def quat_to_yaw(quat: np.ndarray) -> float:
     return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
 
-def orientation_error(current: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Small-angle axis-angle error that rotates ``current`` onto ``target`` (both 3x3),
-    in the base frame. Cheap enough for a 500 Hz loop."""
-    return 0.5 * (
-        np.cross(current[:, 0], target[:, 0]) + np.cross(current[:, 1], target[:, 1]) + np.cross(current[:, 2], target[:, 2])
-    )
-
-
 # The TCP orientation at home: gripper pointing straight down, fingers closing along base y.
 # Columns are the TCP frame's axes in the base frame: x forward, y = z cross x, z down.
 HOME_ROTATION = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]])

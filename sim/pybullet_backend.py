@@ -8,10 +8,9 @@ import numpy as np
 import pybullet as pb
 
 from robot_rl.sim import panda_description as panda
-from robot_rl.sim.controller import CartesianImpedance
+from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
 from robot_rl.sim.tasks import Layout, SceneObject, Task
 
-PHYSICS_DT = 0.002  # 500 Hz physics and control
 GRIPPER_FORCE = 30.0  # N per finger, like the MuJoCo gripper's force range
 FINGER_FRICTION = 1.5
 WELD_FORCE = 200.0  # N, strength of the weld on a held object

@@ -178,3 +178,25 @@ def test_registered_gymnasium_ids(task):
     obs, _ = env.reset(seed=0)
     assert obs["state"].shape == (contract.STATE_DIM,)
     env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wrench_sensor_feels_the_peg_landing_on_the_fixture(backend):
+    env = make("PegInsert", backend=backend)
+    obs, _ = env.reset(seed=0)
+    s = contract.STATE_SLICES
+    hole = obs["privileged"]["hole"][:3]
+    # Over the fixture's wall (4 cm off the hole centre), then straight down onto it.
+    for _ in range(10):
+        tcp = obs["state"][s["tcp_pos"]]
+        action = np.zeros(7, np.float32)
+        action[:2] = np.clip((hole[:2] + [0.04, 0.0] - tcp[:2]) / env.limits.max_translation_m, -1, 1)
+        obs, *_ = env.step(action)
+    free_force = obs["state"][s["ee_force"]].copy()
+    for _ in range(8):
+        obs, _, terminated, _, _ = env.step(np.array([0, 0, -1, 0, 0, 0, 0], np.float32))
+    force = obs["state"][s["ee_force"]]
+    assert not terminated
+    assert abs(free_force[2]) < 2.0
+    assert force[2] > 10.0, force  # the fixture pushes the hand up
+    env.close()
