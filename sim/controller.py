@@ -52,8 +52,9 @@ class CartesianImpedance:
         self._posture_d = g.nullspace_damping * nullspace
         self._posture_bias = self._posture_k @ q_rest
 
-    def torques(self, jac, qpos, qvel, tcp_pos, tcp_rot, target_pos, target_rot) -> np.ndarray:
-        """jac: 6 x n (linear rows first); returns n joint torques within the effort limits."""
+    def torques(self, jac, qpos, qvel, tcp_pos, tcp_rot, target_pos, target_rot, out=None) -> np.ndarray:
+        """jac: 6 x n (linear rows first); returns n joint torques within the effort limits
+        (written into ``out`` when given, e.g. the engine's control buffer)."""
         err = self._error
         np.subtract(target_pos, tcp_pos, out=err[:3])
         # Small-angle orientation error: 0.5 * sum_i cross(R[:, i], R_d[:, i]) = 0.5 * vee(S - S^T), S = R_d R^T.
@@ -64,4 +65,5 @@ class CartesianImpedance:
         wrench = self._k * err - self._d * (jac @ qvel)
         wrench = np.minimum(np.maximum(wrench, -self._wrench_max), self._wrench_max)
         tau = jac.T @ wrench + self._posture_bias - self._posture_k @ qpos - self._posture_d @ qvel
-        return np.minimum(np.maximum(tau, -self._tau_max), self._tau_max)
+        np.maximum(tau, -self._tau_max, out=tau)
+        return np.minimum(tau, self._tau_max, out=tau if out is None else out)

@@ -226,7 +226,7 @@ class MujocoBackend:
         for _ in range(n_substeps):
             step1(m, d)  # kinematics of the current state
             jac_site(m, d, jacp, jacr, tcp)
-            ctrl[:] = torques(jac, qpos, qvel, xpos, xmat, target_pos, target_rot)
+            torques(jac, qpos, qvel, xpos, xmat, target_pos, target_rot, out=ctrl)
             step2(m, d)
         mujoco.mj_forward(m, d)  # observations reflect the state after the last step
 
