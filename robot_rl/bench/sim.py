@@ -17,7 +17,7 @@ from robot_rl.sim.experts import make_expert, run_episode
 GYM_HIL_ENV_ID = "gym_hil/PandaPickCubeBase-v0"
 # gym_hil pins mujoco < 3.9, so it cannot live in our environment (mujoco 4); it is measured
 # in its own venv (scripts/setup_gym_hil.sh), found here or through ROBOT_RL_GYM_HIL_PYTHON.
-GYM_HIL_VENV = os.path.join(os.path.dirname(__file__), "..", "..", ".venv-gym-hil", "bin", "python")
+GYM_HIL_VENV = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", ".venv-gym-hil", "bin", "python"))
 GYM_HIL_SCRIPT = """
 import os, sys, time
 import gymnasium as gym, gym_hil  # noqa: F401
@@ -102,6 +102,7 @@ def run(quick: bool = False, log=print) -> dict:
     notes.append(note)
     if rate:
         figures["mujoco_pickcube_vs_gym_hil_state_ratio"] = round(figures["mujoco_pickcube_state_steps_per_s"] / rate, 2)
-    notes.append("steps/s use uniform random actions, one process, one core (MuJoCo and PyBullet are single-threaded)")
+    notes.append("steps/s use uniform random actions in one process; physics is single-threaded (one core), "
+                 "the CPU renderer behind the pixels figures (EGL/llvmpipe) may use more threads")
     figures["notes"] = notes
     return figures
