@@ -105,10 +105,11 @@ class PandaCellEnv(gym.Env):
             self._gripper_target = GRIPPER_OPEN_WIDTH
         self.backend.step(target_pos, target_rot, self._gripper_target, self.n_substeps)
         self._steps += 1
-        success = self.task.is_success(self.backend.object_poses(), self._layout)
+        poses = self.backend.object_poses()
+        success = self.task.is_success(poses, self._layout)
         truncated = self._steps >= self.max_episode_steps and not success
         info = {"success": success, "safety_clipped": clipped, "gripper_command": int(command)}
-        return self._observation(), float(success), success, truncated, info
+        return self._observation(poses), float(success), success, truncated, info
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -139,13 +140,14 @@ class PandaCellEnv(gym.Env):
         width = self.backend.gripper_width()
         return np.concatenate([pos, matrix_to_quat(rot), linvel, angvel, [width], force, torque]).astype(np.float32)
 
-    def _observation(self) -> dict:
+    def _observation(self, poses: dict | None = None) -> dict:
         obs: dict = {"state": self._state()}
         if self.images:
             h, w = self.image_size
             obs["images"] = {cam: self.backend.render(cam, h, w) for cam in self.cameras}
         if self.with_privileged:
-            obs["privileged"] = self.task.privileged(self.backend.object_poses(), self._layout)
+            poses = poses if poses is not None else self.backend.object_poses()
+            obs["privileged"] = self.task.privileged(poses, self._layout)
         return obs
 
     @property
