@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from robot_rl.errors import UserFacingError
 
 
 def _cmd_sim_tasks(args) -> int:
@@ -48,6 +51,55 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _train_config(args):
+    from robot_rl.train import TrainConfig
+
+    agent = {}
+    for item in args.agent or []:
+        key, _, value = item.partition("=")
+        if not _:
+            raise ValueError(f"--agent takes KEY=VALUE, got {item!r}")
+        try:
+            agent[key] = json.loads(value)
+        except json.JSONDecodeError:
+            agent[key] = value
+    if args.image_encoder:
+        agent["image_encoder"] = args.image_encoder
+    if args.pretrained:
+        agent["pretrained_path"] = args.pretrained
+    if args.freeze_backbone:
+        agent["freeze_backbone"] = True
+    if args.num_critics:
+        agent["num_critics"] = args.num_critics
+    cfg = TrainConfig(task=args.task, backend=args.backend, obs=args.obs, demos=args.demos, env_steps=args.steps,
+                      seed=args.seed, utd=args.utd, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                      final_eval_episodes=args.final_eval_episodes, learner=args.learner, run_dir=args.run_dir,
+                      image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent)
+    if args.pretrained and not Path(args.pretrained).is_file():
+        raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
+    return cfg
+
+
+def _cmd_train(args) -> int:
+    from robot_rl.sim import get_task
+    from robot_rl.train import train
+
+    get_task(args.task)
+    summary = train(_train_config(args), resume=args.resume)
+    brief = {k: v for k, v in summary.items() if k != "evals"}
+    print(json.dumps(brief))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from robot_rl.evaluate import evaluate_checkpoint
+
+    result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
+                                 seed=args.seed)
+    print(json.dumps(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Human-in-the-loop RL for robot arms, with a sim twin.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +118,37 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs", help="parent folder of the run folder")
     run.set_defaults(func=_cmd_sim_run)
 
+    tr = sub.add_parser("train", help="train a policy on the sim twin (SAC/RLPD, learner in its own process)")
+    tr.add_argument("--task", default="PickCube")
+    tr.add_argument("--backend", default="mujoco")
+    tr.add_argument("--obs", default="state", choices=["state", "pixels"])
+    tr.add_argument("--demos", type=int, default=10, help="scripted demonstrations to start from")
+    tr.add_argument("--steps", type=int, default=20_000, help="environment steps")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--utd", type=float, default=2.0, help="gradient updates per environment step")
+    tr.add_argument("--eval-every", type=int, default=2000)
+    tr.add_argument("--eval-episodes", type=int, default=50)
+    tr.add_argument("--final-eval-episodes", type=int, default=50)
+    tr.add_argument("--learner", default="process", choices=["process", "inline"])
+    tr.add_argument("--image-size", type=int, default=64)
+    tr.add_argument("--image-encoder", choices=["drq", "resnet18"])
+    tr.add_argument("--pretrained", help="local file with ResNet-18 weights (torchvision names; .pt or .safetensors)")
+    tr.add_argument("--freeze-backbone", action="store_true")
+    tr.add_argument("--num-critics", type=int)
+    tr.add_argument("--agent", action="append", metavar="KEY=VALUE", help="SAC config override (repeatable)")
+    tr.add_argument("--run-dir", help="run folder (default runs/train-<task>-<obs>-<time>)")
+    tr.add_argument("--resume", help="run folder or checkpoint to resume from")
+    tr.add_argument("--no-progress", action="store_true")
+    tr.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
+    ev.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (its latest checkpoint)")
+    ev.add_argument("--episodes", type=int, default=50)
+    ev.add_argument("--task", help="default: the task it was trained on")
+    ev.add_argument("--backend", help="default: the backend it was trained on")
+    ev.add_argument("--seed", type=int, default=3_000_000)
+    ev.set_defaults(func=_cmd_eval)
+
     bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
     bench.add_argument("name")
     bench.add_argument("--quick", action="store_true", help="fewer samples, same figures (a minute or two)")
@@ -78,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (KeyError, ValueError) as exc:  # user errors: unknown task/backend/benchmark, bad values
+    except (KeyError, ValueError, FileNotFoundError, UserFacingError) as exc:  # user errors
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"robot-rl: error: {message}", file=sys.stderr)
         return 2

@@ -1,0 +1,1 @@
+"""Agents: SAC with the RLPD recipe (sac.py), networks and encoders."""

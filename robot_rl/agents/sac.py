@@ -1,0 +1,328 @@
+"""Soft Actor-Critic with the RLPD recipe, readable top to bottom.
+
+    critic    : an ensemble of LayerNorm MLPs (one batched module), target = min over a random
+                subset of the target ensemble (REDQ), optional entropy in the backup, n-step
+                returns come from the replay as (reward, bootstrap).
+    actor     : tanh-Gaussian over the motion dimensions, maximises the mean ensemble Q minus
+                alpha * log pi; plus an imitation term on the demo half of the batch
+                (``bc_weight``), optionally Q-filtered (only where the demo action beats the
+                policy's own action according to the critic).
+    residual  : with ``residual_scale`` > 0 the motion is base(s) + scale * actor(s): ``base`` is
+                a deterministic policy cloned from the demos and then frozen, the SAC actor
+                learns a bounded correction (residual RL on a BC policy). The critic's early,
+                poorly informed action gradients can then only nudge a working policy
+                instead of erasing it (what textbook RLPD + BC does on PickCube, see
+                CALIBRATION.md).
+    alpha     : automatic temperature, target entropy -|A|/2.
+    grasp     : a discrete Q-head over {close, stay, open} for the gripper with a double-DQN
+                target and a small penalty for commands that toggle the gripper.
+    encoder   : shared; trained by the critic loss only, read detached by actor and grasp head.
+    demos     : 50/50 batches come from the replay (``MixedReplay``); ``pretrain`` fits the
+                actor (BC) and warms up the critics on demonstrations before online RL.
+
+Batches are dicts of numpy arrays as produced by ``robot_rl.replay``:
+obs / next_obs (dicts of "state" float32 and camera uint8 images), action [B, 7], reward,
+bootstrap (= discount^m, 0 at termination), is_demo.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from robot_rl.agents.encoders import random_shift
+from robot_rl.agents.networks import CriticEnsemble, GraspCritic, ObservationEncoder, TanhGaussianActor, mlp
+
+# Gripper command <-> grasp-critic index, and the value written into action[6].
+GRASP_VALUES = np.array([1.0, 0.0, -1.0], dtype=np.float32)  # close, stay, open
+
+
+def gripper_index(gripper_action: torch.Tensor) -> torch.Tensor:
+    """Continuous gripper action -> {0: close, 1: stay, 2: open} (the env's thresholds)."""
+    idx = torch.ones_like(gripper_action, dtype=torch.long)
+    idx[gripper_action > 0.5] = 0
+    idx[gripper_action < -0.5] = 2
+    return idx
+
+
+@dataclass
+class SACConfig:
+    # observation
+    state_dim: int = 27
+    cameras: tuple[str, ...] = ()
+    image_size: tuple[int, int] = (64, 64)
+    image_encoder: str = "drq"  # "drq" or "resnet18"
+    image_features: int = 64
+    state_features: int = 0  # 0: normalised state straight into the heads
+    pretrained_path: str | None = None
+    freeze_backbone: bool = False
+    augment_pad: int = 4
+    # networks
+    action_dim: int = 7
+    hidden: tuple[int, ...] = (256, 256)
+    num_critics: int = 2
+    num_target_critics: int = 2  # REDQ: min over a random subset of this size
+    grasp_critic: bool = True
+    # optimisation
+    discount: float = 0.97
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    tau: float = 0.005
+    init_temperature: float = 0.01
+    target_entropy: float | None = None  # None -> -|A_motion| / 2
+    backup_entropy: bool = False
+    critic_actor_ratio: int = 1  # critic updates per actor update
+    # imitation levers
+    residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
+    bc_weight: float = 1.0  # weight of the BC term on demo rows (relative to a normalised Q term)
+    q_filter: bool = True
+    # grasp critic
+    grasp_penalty: float = 0.02
+    grasp_margin: float = 0.05  # DQfD margin on demonstrated gripper commands (0: off)
+    gripper_width_index: int = 13  # where the gripper opening sits in obs["state"]
+    gripper_open_threshold: float = 0.07
+    grasp_epsilon: float = 0.1  # exploration for the discrete gripper head
+    device: str = "cpu"
+
+    @property
+    def motion_dim(self) -> int:
+        return self.action_dim - 1 if self.grasp_critic else self.action_dim
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SACConfig":
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(known)
+        if unknown:
+            raise ValueError(f"unknown agent config keys {sorted(unknown)}")
+        fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**fixed)
+
+
+class SACAgent(nn.Module):
+    def __init__(self, config: SACConfig):
+        super().__init__()
+        self.config = c = config
+        if c.num_target_critics > c.num_critics:
+            raise ValueError("num_target_critics must be <= num_critics")
+        self.encoder = ObservationEncoder(
+            c.state_dim, c.cameras, c.image_size, c.image_encoder, c.image_features,
+            c.state_features, c.pretrained_path, c.freeze_backbone,
+        )
+        feat = self.encoder.out_dim
+        self.actor = TanhGaussianActor(feat, c.motion_dim, c.hidden)
+        self.base = mlp(feat, c.hidden, c.motion_dim) if c.residual_scale > 0 else None
+        if self.base is not None:  # the residual starts near zero: the base policy acts alone
+            with torch.no_grad():
+                self.actor.net[-1].weight[: c.motion_dim].mul_(0.01)
+                self.actor.net[-1].bias[: c.motion_dim].zero_()
+        self.critic = CriticEnsemble(c.num_critics, feat, c.motion_dim, c.hidden)
+        self.grasp = GraspCritic(feat, c.hidden) if c.grasp_critic else None
+        self.log_alpha = nn.Parameter(torch.tensor(float(np.log(c.init_temperature))))
+        self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_grasp = copy.deepcopy(self.grasp).requires_grad_(False) if self.grasp is not None else None
+        self.target_entropy = c.target_entropy if c.target_entropy is not None else -c.motion_dim / 2.0
+        critic_params = list(self.critic.parameters()) + [p for p in self.encoder.parameters() if p.requires_grad]
+        self.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
+        self.base_opt = torch.optim.Adam(self.base.parameters(), lr=c.actor_lr) if self.base is not None else None
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.temperature_lr)
+        self.grasp_opt = torch.optim.Adam(self.grasp.parameters(), lr=c.critic_lr) if self.grasp is not None else None
+        self.num_updates = 0
+        self.to(c.device)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    # ---- data --------------------------------------------------------------------------
+    def _obs(self, obs: dict, augment: bool) -> dict[str, torch.Tensor]:
+        out = {"state": torch.as_tensor(obs["state"], dtype=torch.float32, device=self.config.device)}
+        for cam in self.config.cameras:
+            img = torch.as_tensor(obs[cam], device=self.config.device)
+            out[cam] = random_shift(img, self.config.augment_pad) if augment and self.config.augment_pad else img
+        return out
+
+    def _batch(self, batch: dict) -> dict:
+        dev = self.config.device
+        t = lambda x, dt=torch.float32: torch.as_tensor(np.asarray(x), dtype=dt, device=dev)  # noqa: E731
+        n = len(batch["reward"])
+        return {
+            "obs": self._obs(batch["obs"], augment=True),
+            "next_obs": self._obs(batch["next_obs"], augment=True),
+            "action": t(batch["action"]),
+            "reward": t(batch["reward"]),
+            "bootstrap": t(batch["bootstrap"]),
+            "is_demo": t(batch.get("is_demo", np.zeros(n, bool)), torch.bool),
+        }
+
+    def fit_normalizer(self, states: np.ndarray) -> None:
+        s = torch.as_tensor(states, dtype=torch.float32, device=self.config.device)
+        self.encoder.normalizer.fit(s)
+        self.target_encoder.normalizer.fit(s)
+
+    # ---- acting ------------------------------------------------------------------------
+    def policy(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual."""
+        action, log_prob, mean = self.actor.sample(features)
+        if self.base is None:
+            return action, log_prob, mean
+        base = torch.tanh(self.base(features)).detach()
+        s = self.config.residual_scale
+        return (base + s * action).clamp(-1, 1), log_prob, (base + s * mean).clamp(-1, 1)
+
+    @torch.no_grad()
+    def act(self, obs: dict, deterministic: bool = False) -> np.ndarray:
+        """One observation (flat dict, no batch axis) -> float32[action_dim] in [-1, 1]."""
+        batched = {k: np.asarray(v)[None] for k, v in obs.items()}
+        features = self.encoder(self._obs(batched, augment=False))
+        action, _, mean = self.policy(features)
+        motion = mean if deterministic else action
+        out = np.zeros(self.config.action_dim, dtype=np.float32)
+        out[: self.config.motion_dim] = motion[0].cpu().numpy()
+        if self.grasp is not None:
+            if not deterministic and np.random.random() < self.config.grasp_epsilon:
+                idx = np.random.randint(3)
+            else:
+                idx = int(self.grasp(features).argmax(-1)[0])
+            out[-1] = GRASP_VALUES[idx]
+        return out
+
+    # ---- updates -----------------------------------------------------------------------
+    def update(self, batch: dict, update_actor: bool = True) -> dict[str, float]:
+        """One gradient step on critic (+ grasp head), and on actor and temperature."""
+        b = self._batch(batch)
+        metrics = self.update_critic(b)
+        if self.grasp is not None:
+            metrics.update(self.update_grasp_critic(b))
+        if update_actor:
+            metrics.update(self.update_actor(b))
+        self.update_targets()
+        self.num_updates += 1
+        return metrics
+
+    def update_critic(self, b: dict) -> dict[str, float]:
+        c = self.config
+        motion = b["action"][:, : c.motion_dim]
+        with torch.no_grad():
+            next_feat = self.encoder(b["next_obs"])
+            next_action, next_log_prob, _ = self.policy(next_feat)
+            target_q = self.target_critic(self.target_encoder(b["next_obs"]), next_action)
+            subset = torch.randperm(c.num_critics, device=target_q.device)[: c.num_target_critics]
+            target_q = target_q[subset].min(0).values
+            if c.backup_entropy:
+                target_q = target_q - self.alpha * next_log_prob
+            y = b["reward"] + b["bootstrap"] * target_q
+        q = self.critic(self.encoder(b["obs"]), motion)  # [n, B]
+        loss = ((q - y) ** 2).mean(1).sum()
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        return {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+
+    def grasp_reward(self, b: dict) -> torch.Tensor:
+        """Task reward minus a penalty for commands that toggle the gripper's state."""
+        c = self.config
+        idx = gripper_index(b["action"][:, -1])
+        is_open = b["obs"]["state"][:, c.gripper_width_index] > c.gripper_open_threshold
+        toggles = ((idx == 0) & is_open) | ((idx == 2) & ~is_open)
+        return b["reward"] - c.grasp_penalty * toggles.float()
+
+    def update_grasp_critic(self, b: dict) -> dict[str, float]:
+        idx = gripper_index(b["action"][:, -1])
+        with torch.no_grad():
+            feat, next_feat = self.encoder(b["obs"]), self.encoder(b["next_obs"])
+            best_next = self.grasp(next_feat).argmax(-1, keepdim=True)  # double DQN: online picks,
+            next_q = self.target_grasp(self.target_encoder(b["next_obs"])).gather(1, best_next).squeeze(1)  # target rates
+            y = self.grasp_reward(b) + b["bootstrap"] * next_q
+        q_all = self.grasp(feat)
+        q = q_all.gather(1, idx[:, None]).squeeze(1)
+        loss = F.mse_loss(q, y)
+        demo = b["is_demo"]
+        if self.config.grasp_margin > 0 and demo.any():
+            # DQfD's large-margin loss on demo rows: the demonstrated command must beat every
+            # other command by a margin, so the greedy choice is defined where only demos exist.
+            margin = self.config.grasp_margin * (1.0 - F.one_hot(idx[demo], 3).float())
+            loss = loss + ((q_all[demo] + margin).max(-1).values - q[demo]).mean()
+        self.grasp_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.grasp_opt.step()
+        return {"grasp_loss": loss.item()}
+
+    def update_actor(self, b: dict) -> dict[str, float]:
+        c = self.config
+        feat = self.encoder(b["obs"]).detach()
+        action, log_prob, mean = self.policy(feat)
+        q = self.critic(feat, action).mean(0)
+        q_scale = q.abs().mean().detach().clamp_min(1e-3)
+        loss = (self.alpha.detach() * log_prob - q).mean()
+        bc_loss = torch.zeros((), device=feat.device)
+        demo = b["is_demo"]
+        if c.bc_weight > 0 and demo.any():
+            demo_action = b["action"][demo, : c.motion_dim]
+            error = ((mean[demo] - demo_action) ** 2).sum(-1)
+            if c.q_filter:
+                with torch.no_grad():
+                    q_demo = self.critic(feat[demo], demo_action).mean(0)
+                    q_pi = self.critic(feat[demo], mean[demo].detach()).mean(0)
+                    error = error * (q_demo >= q_pi).float()
+            bc_loss = error.mean()
+            loss = loss / q_scale + c.bc_weight * bc_loss  # TD3+BC-style balance of the two terms
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        return {"actor_loss": loss.item(), "bc_loss": bc_loss.item(), "alpha": self.alpha.item(),
+                "entropy": -log_prob.mean().item()}
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        tau = self.config.tau
+        pairs = [(self.critic, self.target_critic), (self.encoder, self.target_encoder)]
+        if self.grasp is not None:
+            pairs.append((self.grasp, self.target_grasp))
+        for online, target in pairs:
+            for p, tp in zip(online.parameters(), target.parameters()):
+                tp.lerp_(p, tau)
+
+    # ---- imitation pre-training --------------------------------------------------------
+    def pretrain_actor(self, batch: dict) -> float:
+        """Behaviour cloning step on a demo batch (MSE of the deterministic motion action).
+        Trains the base policy when residual, else the actor's mean."""
+        c = self.config
+        b = self._batch(batch)
+        feat = self.encoder(b["obs"]).detach()
+        if self.base is not None:
+            mean, opt = torch.tanh(self.base(feat)), self.base_opt
+        else:
+            mean, opt = self.actor.sample(feat)[2], self.actor_opt
+        loss = ((mean - b["action"][:, : c.motion_dim]) ** 2).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    # ---- weights -----------------------------------------------------------------------
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """What an actor needs to act: encoder, actor and grasp head."""
+        return {k: v for k, v in self.state_dict().items() if k.split(".")[0] in ("encoder", "actor", "base", "grasp")}
+
+    def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing = set(self.policy_state_dict()) - set(state)
+        if missing:
+            raise ValueError(f"policy weights lack {sorted(missing)[:5]}")
+        self.load_state_dict(state, strict=False)

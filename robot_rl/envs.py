@@ -1,0 +1,69 @@
+"""Environment wrappers between the robot contract and the learner.
+
+The learner sees flat observation dicts: ``{"state": float32[S], "<camera>": uint8[H,W,3], ...}``.
+``obs="state"`` concatenates the robot state with the sim-only privileged object poses and
+each object's position relative to the TCP (as ManiSkill's state observations do: the
+difference is what a policy needs, and learning it from absolute positions costs data);
+``obs="pixels"`` is what a real cell offers: robot state (proprioception) plus cameras.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl.contract import STATE_SLICES
+
+OBS_MODES = ("state", "pixels")
+
+
+class FlatObservation(gym.ObservationWrapper):
+    """Dict observation from the contract -> the learner's flat dict."""
+
+    def __init__(self, env: gym.Env, mode: str):
+        super().__init__(env)
+        if mode not in OBS_MODES:
+            raise ValueError(f"obs mode must be one of {OBS_MODES}, got {mode!r}")
+        self.mode = mode
+        spaces = env.observation_space.spaces
+        state_dim = spaces["state"].shape[0]
+        self.privileged_keys = sorted(spaces["privileged"].spaces) if mode == "state" else []
+        if mode == "state":
+            if not self.privileged_keys:
+                raise ValueError("obs='state' needs the sim's privileged object poses")
+            state_dim += sum(spaces["privileged"][k].shape[0] + 3 for k in self.privileged_keys)
+        self.cameras = tuple(spaces["images"].spaces) if mode == "pixels" else ()
+        if mode == "pixels" and not self.cameras:
+            raise ValueError("obs='pixels' needs an env with images")
+        flat = {"state": gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)}
+        for cam in self.cameras:
+            flat[cam] = spaces["images"][cam]
+        self.observation_space = gym.spaces.Dict(flat)
+
+    def observation(self, obs: dict) -> dict:
+        state = obs["state"]
+        if self.privileged_keys:
+            tcp = state[STATE_SLICES["tcp_pos"]]
+            poses = [obs["privileged"][k] for k in self.privileged_keys]
+            state = np.concatenate([state] + poses + [pose[:3] - tcp for pose in poses])
+        out = {"state": state.astype(np.float32)}
+        for cam in self.cameras:
+            out[cam] = obs["images"][cam]
+        return out
+
+
+def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Replay-buffer spec (shape, dtype) per key of a flat observation space."""
+    return {k: (tuple(s.shape), np.dtype(s.dtype)) for k, s in space.spaces.items()}
+
+
+def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
+             cameras: tuple[str, ...] = ("front", "wrist")) -> FlatObservation:
+    """The sim twin wrapped for learning. Pixel mode keeps the privileged poses in the
+    underlying env (the scripted demonstrator reads them) but never shows them to the agent."""
+    from robot_rl.sim.env import PandaCellEnv
+
+    if obs not in OBS_MODES:
+        raise ValueError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
+    env = PandaCellEnv(task, backend, images=obs == "pixels", image_size=tuple(image_size), cameras=tuple(cameras))
+    return FlatObservation(env, obs)

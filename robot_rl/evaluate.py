@@ -1,0 +1,50 @@
+"""``robot-rl eval``: run a checkpoint's deterministic policy on the sim twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from robot_rl.envs import make_env, obs_spec
+from robot_rl.rollout import evaluate
+from robot_rl.runtime.checkpoint import CheckpointError, load_agent, read_state, resolve_checkpoint
+
+
+def check_compatible(agent_config, env, ckpt: Path) -> None:
+    """The checkpoint's observation contract must be the environment's."""
+    spec = obs_spec(env.observation_space)
+    got = {"state_dim": spec["state"][0][0], "cameras": list(env.cameras)}
+    want = {"state_dim": agent_config.state_dim, "cameras": list(agent_config.cameras)}
+    if got != want:
+        raise CheckpointError(
+            f"checkpoint {ckpt} expects observations {want} but this environment gives {got}; "
+            "evaluate it on the task and --obs mode it was trained with"
+        )
+    if agent_config.cameras:
+        size = tuple(spec[agent_config.cameras[0]][0][:2])
+        if size != tuple(agent_config.image_size):
+            raise CheckpointError(f"checkpoint {ckpt} expects {tuple(agent_config.image_size)} images, env gives {size}")
+
+
+def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
+                        seed: int = 3_000_000) -> dict:
+    if episodes < 1:
+        raise ValueError("--episodes must be at least 1")
+    ckpt = resolve_checkpoint(Path(path))
+    trained = read_state(ckpt).get("train_config", {})
+    agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False)
+    task = task or trained.get("task", "PickCube")
+    env = make_env(task, backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
+                   tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
+    try:
+        check_compatible(agent.config, env, ckpt)
+        result = evaluate(lambda o: agent.act(o, deterministic=True), env, episodes, seed=seed)
+    finally:
+        env.close()
+    return {"checkpoint": str(ckpt), "task": task, **result}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    print(json.dumps(evaluate_checkpoint(sys.argv[1])))

@@ -1,0 +1,266 @@
+"""Memory-lean replay buffers for SAC/RLPD: each observation is stored once, images as uint8.
+
+Storage is a ring of ``capacity`` observation slots. The transition starting at slot ``i``
+has its observation in slot ``i`` and its next observation in slot ``i + 1`` (mod capacity),
+so a continuing episode reuses the previous next-observation instead of storing it again:
+an episode of L steps uses L + 1 slots. ``valid[i]`` says whether slot ``i`` currently starts
+a complete transition; overwriting a slot invalidates every transition that referenced it.
+
+Files are plain ``.npz`` archives (no pickle); metadata, including the sampling RNG state,
+is a JSON string stored in a 0-d unicode array.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+_FORMAT_VERSION = 1
+_SCALARS = ("reward", "terminated", "truncated", "is_intervention", "valid")
+
+
+def _normalize_spec(obs_spec: dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    if not obs_spec:
+        raise ValueError("obs_spec must name at least one observation key")
+    return {str(k): (tuple(int(d) for d in shape), np.dtype(dtype)) for k, (shape, dtype) in obs_spec.items()}
+
+
+def _atomic_write(path, write) -> None:
+    """Call ``write(file)`` on a temporary file next to ``path``, then rename it into place."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class ReplayBuffer:
+    """Ring buffer of transitions with shared obs/next_obs slots and n-step sampling."""
+
+    def __init__(self, capacity: int, obs_spec: dict, action_dim: int, seed: int | None = None):
+        if capacity < 2:
+            raise ValueError(f"capacity must be >= 2 (one transition needs two slots), got {capacity}")
+        if action_dim < 1:
+            raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+        self.capacity = int(capacity)
+        self.action_dim = int(action_dim)
+        self.obs_spec = _normalize_spec(obs_spec)
+        self._obs = {k: np.zeros((self.capacity, *shape), dtype) for k, (shape, dtype) in self.obs_spec.items()}
+        self._action = np.zeros((self.capacity, self.action_dim), np.float32)
+        self._reward = np.zeros(self.capacity, np.float32)
+        self._terminated = np.zeros(self.capacity, bool)
+        self._truncated = np.zeros(self.capacity, bool)
+        self._is_intervention = np.zeros(self.capacity, bool)
+        self._valid = np.zeros(self.capacity, bool)
+        self._rng = np.random.default_rng(seed)
+        self._cursor = 0  # slot of the current obs (episode open) or the next fresh slot
+        self._episode_open = False
+        self._slots_written = 0
+
+    # ----------------------------------------------------------------- adding
+    def _check_obs(self, obs: dict, name: str) -> None:
+        for key, (shape, dtype) in self.obs_spec.items():
+            if key not in obs:
+                raise ValueError(f"{name} is missing key {key!r} (expected keys {sorted(self.obs_spec)})")
+            value = np.asarray(obs[key])
+            if value.shape != shape:
+                raise ValueError(f"{name}[{key!r}] has shape {value.shape}, expected {shape}")
+            if dtype == np.uint8 and value.dtype != np.uint8:
+                raise ValueError(f"{name}[{key!r}] has dtype {value.dtype}, expected uint8 (images are stored as uint8)")
+        extra = sorted(set(obs) - set(self.obs_spec))
+        if extra:
+            raise ValueError(f"{name} has unexpected keys {extra} (expected keys {sorted(self.obs_spec)})")
+
+    def _write_slot(self, slot: int, obs: dict) -> None:
+        for key, store in self._obs.items():
+            store[slot] = obs[key]
+        # Transitions starting here (obs) or one slot earlier (next_obs) are now stale.
+        self._valid[slot] = False
+        self._valid[slot - 1] = False
+        self._slots_written += 1
+
+    def add(self, obs: dict, action, reward: float, next_obs: dict, terminated: bool, truncated: bool,
+            is_intervention: bool = False) -> None:
+        """Store one transition; ``obs`` is only written when it starts a new episode."""
+        self._check_obs(obs, "obs")
+        self._check_obs(next_obs, "next_obs")
+        action = np.asarray(action, dtype=np.float32)
+        if action.shape != (self.action_dim,):
+            raise ValueError(f"action has shape {action.shape}, expected ({self.action_dim},)")
+        if not np.all(np.isfinite(action)):
+            raise ValueError(f"action has non-finite values at indices {np.flatnonzero(~np.isfinite(action)).tolist()}")
+        if not np.isfinite(reward):
+            raise ValueError(f"reward must be finite, got {reward}")
+        slot = self._cursor
+        if not self._episode_open:
+            self._write_slot(slot, obs)
+        nxt = (slot + 1) % self.capacity
+        self._write_slot(nxt, next_obs)
+        self._action[slot] = action
+        self._reward[slot] = reward
+        self._terminated[slot] = bool(terminated)
+        self._truncated[slot] = bool(truncated)
+        self._is_intervention[slot] = bool(is_intervention)
+        self._valid[slot] = True
+        done = bool(terminated) or bool(truncated)
+        self._episode_open = not done
+        self._cursor = (nxt + 1) % self.capacity if done else nxt
+
+    # --------------------------------------------------------------- sampling
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._valid))
+
+    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97) -> dict:
+        """Uniformly sample ``batch_size`` transitions with n-step returns (stopping at episode ends)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        starts = np.flatnonzero(self._valid)
+        if starts.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer (add transitions first)")
+        idx = starts[self._rng.integers(0, starts.size, size=batch_size)]
+        reward = self._reward[idx].astype(np.float32)
+        steps = np.ones(batch_size, np.int64)
+        last = idx.copy()  # slot of the last transition included in the n-step window
+        terminal = self._terminated[idx].copy()
+        alive = ~(terminal | self._truncated[idx])
+        for j in range(1, n_step):
+            cand = (last + 1) % self.capacity
+            take = alive & self._valid[cand]
+            reward += np.where(take, discount**j * self._reward[cand], 0.0).astype(np.float32)
+            steps += take
+            last = np.where(take, cand, last)
+            terminal = np.where(take, self._terminated[cand], terminal)
+            alive = take & ~(self._terminated[cand] | self._truncated[cand])
+        next_slot = (last + 1) % self.capacity
+        return {
+            "obs": {k: v[idx] for k, v in self._obs.items()},
+            "action": self._action[idx],
+            "reward": reward,
+            "next_obs": {k: v[next_slot] for k, v in self._obs.items()},
+            "bootstrap": np.where(terminal, 0.0, float(discount) ** steps).astype(np.float32),
+            "is_intervention": self._is_intervention[idx],
+        }
+
+    # -------------------------------------------------------------- accounting
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = {f"obs__{k}": v for k, v in self._obs.items()}
+        arrays["action"] = self._action
+        arrays.update({name: getattr(self, f"_{name}") for name in _SCALARS})
+        return arrays
+
+    def nbytes(self) -> int:
+        """Bytes of all preallocated storage."""
+        return int(sum(a.nbytes for a in self._arrays().values()))
+
+    def bytes_per_transition(self) -> float:
+        """Storage bytes per sampleable transition in the filled part (slots used / transitions); 0.0 if empty."""
+        n = len(self)
+        if n == 0:
+            return 0.0
+        used = min(self._slots_written, self.capacity)
+        return used * (self.nbytes() / self.capacity) / n
+
+    # ----------------------------------------------------------- persistence
+    def _meta(self) -> dict:
+        return {
+            "version": _FORMAT_VERSION,
+            "capacity": self.capacity,
+            "action_dim": self.action_dim,
+            "obs_spec": {k: [list(shape), dtype.str] for k, (shape, dtype) in self.obs_spec.items()},
+            "rng_state": self._rng.bit_generator.state,
+            "cursor": self._cursor,
+            "episode_open": self._episode_open,
+            "slots_written": self._slots_written,
+        }
+
+    def save(self, path) -> None:
+        """Write the buffer (filled slots, cursor, RNG state) to one ``.npz`` file, atomically.
+        The ring fills from slot 0, so the used part is a prefix; unused capacity is not written."""
+        used = min(self._slots_written, self.capacity)
+        arrays = {name: a[:used] for name, a in self._arrays().items()}
+        arrays["meta"] = np.array(json.dumps(self._meta()))
+        _atomic_write(path, lambda f: np.savez(f, allow_pickle=False, **arrays))
+
+    @classmethod
+    def load(cls, path) -> "ReplayBuffer":
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            if meta.get("version") != _FORMAT_VERSION:
+                raise ValueError(f"{path}: unsupported replay format version {meta.get('version')}")
+            spec = {k: (tuple(shape), np.dtype(dt)) for k, (shape, dt) in meta["obs_spec"].items()}
+            buf = cls(meta["capacity"], spec, meta["action_dim"])
+            for name, target in buf._arrays().items():
+                loaded = data[name]
+                if (loaded.shape[1:] != target.shape[1:] or len(loaded) > len(target)
+                        or len(loaded) != min(meta["slots_written"], meta["capacity"]) or loaded.dtype != target.dtype):
+                    raise ValueError(f"{path}: array {name!r} is {loaded.dtype}{loaded.shape}, "
+                                     f"expected {target.dtype}{target.shape}")
+                target[: len(loaded)] = loaded
+        rng_state = meta["rng_state"]
+        buf._rng = np.random.Generator(getattr(np.random, rng_state["bit_generator"])())
+        buf._rng.bit_generator.state = rng_state
+        buf._cursor, buf._episode_open = meta["cursor"], meta["episode_open"]
+        buf._slots_written = meta["slots_written"]
+        return buf
+
+
+class MixedReplay:
+    """RLPD symmetric sampling: each batch is demo_fraction from the demo buffer and the rest from the online buffer."""
+
+    def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5):
+        if not 0.0 <= demo_fraction <= 1.0:
+            raise ValueError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
+        self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
+
+    def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
+        """Add to the online buffer; human interventions are also kept as demonstrations."""
+        self.online.add(obs, action, reward, next_obs, terminated, truncated, is_intervention)
+        if is_intervention:
+            self.demo.add(obs, action, reward, next_obs, terminated, truncated, True)
+
+    def add_demo(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        self.demo.add(obs, action, reward, next_obs, terminated, truncated, False)
+
+    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97) -> dict:
+        """Demo rows first (``round(batch_size * demo_fraction)``), falling back to whichever buffer is non-empty."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(self.demo) == 0:
+            n_demo = 0
+        elif len(self.online) == 0:
+            n_demo = batch_size
+        else:
+            n_demo = round(batch_size * self.demo_fraction)
+        parts = [(buf.sample(n, n_step, discount), n) for buf, n in
+                 ((self.demo, n_demo), (self.online, batch_size - n_demo)) if n > 0]
+        batch = {
+            key: ({k: np.concatenate([p[key][k] for p, _ in parts]) for k in parts[0][0][key]}
+                  if key in ("obs", "next_obs") else np.concatenate([p[key] for p, _ in parts]))
+            for key in parts[0][0]
+        }
+        batch["is_demo"] = np.arange(batch_size) < n_demo
+        return batch
+
+    def save(self, directory) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.online.save(os.path.join(directory, "online.npz"))
+        self.demo.save(os.path.join(directory, "demo.npz"))
+        meta = json.dumps({"demo_fraction": self.demo_fraction}).encode()
+        _atomic_write(os.path.join(directory, "mixed.json"), lambda f: f.write(meta))
+
+    @classmethod
+    def load(cls, directory) -> "MixedReplay":
+        with open(os.path.join(directory, "mixed.json")) as f:
+            meta = json.load(f)
+        return cls(ReplayBuffer.load(os.path.join(directory, "online.npz")),
+                   ReplayBuffer.load(os.path.join(directory, "demo.npz")), meta["demo_fraction"])

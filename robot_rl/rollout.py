@@ -1,0 +1,58 @@
+"""Rolling out policies: scripted demonstrations into a buffer, and evaluation episodes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from robot_rl.envs import FlatObservation
+
+
+def collect_demos(env: FlatObservation, task: str, episodes: int, add: Callable, seed: int = 10_000,
+                  noise: float = 0.1, successful_only: bool = True, max_tries: int | None = None) -> dict:
+    """Run the scripted expert (the stand-in for a human demonstrator) and hand every
+    transition to ``add(obs, action, reward, next_obs, terminated, truncated)``.
+    Failed attempts are discarded when ``successful_only`` (a human keeps the good takes)."""
+    from robot_rl.sim.experts import make_expert
+
+    expert = make_expert(task, noise=noise, seed=seed)
+    kept, tries, steps = 0, 0, 0
+    max_tries = max_tries or 3 * episodes + 10
+    while kept < episodes and tries < max_tries:
+        raw, _ = env.env.reset(seed=seed + tries)
+        expert.reset()
+        tries += 1
+        episode = []
+        while True:
+            action = expert(raw)
+            next_raw, reward, terminated, truncated, info = env.env.step(action)
+            episode.append((env.observation(raw), action, reward, env.observation(next_raw), terminated, truncated))
+            raw = next_raw
+            if terminated or truncated:
+                break
+        if successful_only and not info["success"]:
+            continue
+        for transition in episode:
+            add(*transition)
+        kept += 1
+        steps += len(episode)
+    if kept < episodes:
+        raise RuntimeError(f"the scripted expert succeeded in only {kept} of {tries} tries")
+    return {"episodes": kept, "tries": tries, "steps": steps}
+
+
+def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episodes: int, seed: int = 1_000_000) -> dict:
+    """Deterministic evaluation: success rate, mean return and mean episode length."""
+    successes, lengths = [], []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        steps = 0
+        while True:
+            obs, reward, terminated, truncated, info = env.step(policy(obs))
+            steps += 1
+            if terminated or truncated:
+                break
+        successes.append(bool(info["success"]))
+        lengths.append(steps)
+    return {"success_rate": float(np.mean(successes)), "episode_length": float(np.mean(lengths)), "episodes": episodes}

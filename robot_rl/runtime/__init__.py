@@ -1,0 +1,1 @@
+"""Actor/learner runtime: transports (no pickle), learner process, actor loop."""

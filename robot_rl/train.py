@@ -1,0 +1,298 @@
+"""``robot-rl train``: the actor loop on the sim twin, with the learner in its own process.
+
+The actor steps the environment at the control rate, sends every transition to the
+learner, and swaps in new policy weights between control steps. In sim (``sync=True``)
+the actor waits for the learner when it is more than ``max_lead`` steps ahead of the
+update-to-data ratio, so sample-efficiency figures mean what they say; on a real robot
+(``sync=False``) nothing ever waits for the learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.envs import make_env, obs_spec
+from robot_rl.errors import UserFacingError
+from robot_rl.rollout import collect_demos, evaluate
+from robot_rl.runtime.checkpoint import CheckpointError, read_state, resolve_checkpoint
+from robot_rl.runtime.learner import LATEST_ONLY, build_learner, learner_main, transition_arrays
+from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair, unpack  # noqa: F401
+
+
+class TrainingError(UserFacingError):
+    """Training stopped; the message says why and where the last good checkpoint is."""
+
+
+@dataclass
+class TrainConfig:
+    task: str = "PickCube"
+    backend: str = "mujoco"
+    obs: str = "state"  # "state" (robot state + object poses) or "pixels" (cameras + robot state)
+    image_size: tuple[int, int] = (64, 64)
+    cameras: tuple[str, ...] = ("front", "wrist")
+    demos: int = 10
+    demo_noise: float = 0.1
+    env_steps: int = 20_000
+    seed: int = 0
+    # learner pacing
+    utd: float = 2.0  # gradient updates per online transition
+    batch_size: int = 256
+    demo_fraction: float = 0.5
+    n_step: int = 1
+    critic_actor_ratio: int = 1
+    pretrain_steps: int = 1000  # behaviour cloning steps on the demos before RL
+    critic_warmup_steps: int = 1000  # critic-only updates on the demos before RL
+    random_steps: int = 1000  # uniform random actions first, only when there are no demos
+    learning_starts: int = 0
+    replay_capacity: int = 200_000
+    demo_capacity: int = 50_000
+    weights_every: int = 50  # updates between weight broadcasts
+    # runtime
+    learner: str = "process"  # "process" or "inline"
+    sync: bool = True
+    max_lead: int = 10
+    # evaluation and output
+    eval_every: int = 2000
+    eval_episodes: int = 20
+    final_eval_episodes: int = 50
+    checkpoint_every: int = 5000
+    run_dir: str | None = None
+    progress: bool = True
+    agent: dict = field(default_factory=dict)  # SACConfig overrides
+
+    def validate(self) -> None:
+        if self.learner not in ("process", "inline"):
+            raise ValueError(f"learner must be 'process' or 'inline', got {self.learner!r}")
+        for name in ("env_steps", "batch_size", "eval_every", "checkpoint_every", "weights_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.demos < 0 or self.utd <= 0:
+            raise ValueError("demos must be >= 0 and utd > 0")
+        SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
+
+
+def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
+    spec = obs_spec(env.observation_space)
+    base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
+                grasp_critic=env.unwrapped.task.uses_gripper)
+    return SACConfig.from_dict({**base, **cfg.agent})
+
+
+class LearnerLink:
+    """The actor's handle on the learner: a child process, or the same object driven inline."""
+
+    def __init__(self, cfg: TrainConfig, agent_cfg: SACConfig, spec: dict, run_dir: Path, resume_from: str | None):
+        setup = {"train": dataclasses.asdict(cfg), "agent": dataclasses.asdict(agent_cfg),
+                 "obs_spec": {k: [list(s), np.dtype(d).str] for k, (s, d) in spec.items()},
+                 "run_dir": str(run_dir), "resume_from": resume_from}
+        self.inline = None
+        self.process = None
+        if cfg.learner == "inline":
+            actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=LATEST_ONLY)
+            self.inline = build_learner(setup["train"], setup["agent"], setup["obs_spec"], learner_end, run_dir,
+                                        resume_from)
+            self.endpoint = actor_end
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            learner_conn, actor_conn = pipe_pair(ctx)
+            self.process = ctx.Process(target=learner_main, args=(learner_conn, json.dumps(setup)), daemon=True,
+                                       name="robot-rl-learner")
+            self.process.start()
+            learner_conn.close()
+            self.endpoint = PipeEndpoint(actor_conn, maxsize=4096, latest_only=LATEST_ONLY, name="actor")
+
+    def send(self, kind, arrays=None, meta=None) -> bool:
+        ok = self.endpoint.send(kind, arrays, meta)
+        if self.inline is not None:
+            self.inline.pump()
+        return ok
+
+    def receive(self, timeout: float = 0.0):
+        if self.inline is not None:
+            self.inline.pump()
+            timeout = 0.0
+        msgs = self.endpoint.receive(timeout)
+        if not msgs and self.process is not None and not self.process.is_alive() and timeout > 0:
+            raise TrainingError("the learner process died without a message; see the log above")
+        return msgs
+
+    def close(self) -> None:
+        self.endpoint.send("stop")
+        if self.process is not None:
+            self.process.join(timeout=30)
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join(timeout=5)
+        self.endpoint.close()
+
+
+class Actor:
+    """Environment loop + acting copy of the policy, fed by the learner's weights."""
+
+    def __init__(self, cfg: TrainConfig, link: LearnerLink, policy: SACAgent):
+        self.cfg, self.link, self.policy = cfg, link, policy
+        self.weights_version = 0
+        self.status: dict = {"online_updates": 0, "updates": 0, "metrics": {}}
+        self.last_checkpoint: str | None = None
+
+    def poll(self, timeout: float = 0.0) -> None:
+        for msg in self.link.receive(timeout):
+            if msg.kind == "weights":
+                self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
+                self.weights_version = msg.meta["version"]
+            elif msg.kind == "status":
+                self.status = msg.meta
+            elif msg.kind == "checkpoint_saved":
+                self.last_checkpoint = msg.meta["path"]
+            elif msg.kind == "error":
+                raise TrainingError(msg.meta["message"])
+
+    def wait_for(self, condition, what: str, timeout: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TrainingError(f"timed out after {timeout:.0f} s waiting for the learner to {what}")
+            self.poll(0.05)
+
+    def wait_for_learner(self, online_sent: int) -> None:
+        """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
+        cfg = self.cfg
+        if not cfg.sync or online_sent < max(cfg.learning_starts, 1):
+            return
+        owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
+        self.wait_for(lambda: self.status.get("online_updates", 0) >= owed, "catch up")
+
+    def checkpoint(self, name: str, actor_state: dict, wait: bool) -> None:
+        previous = self.last_checkpoint
+        self.link.send("checkpoint", meta={"name": name, "actor_state": actor_state})
+        if wait:
+            self.wait_for(lambda: self.last_checkpoint != previous, "write a checkpoint")
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    if cfg.run_dir:
+        return Path(cfg.run_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"train-{cfg.task.lower()}-{cfg.obs}-{stamp}"
+
+
+def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
+    """Train on the sim twin; returns the summary (also written to <run>/summary.json)."""
+    from robot_rl.runtime.logging import RunLogger
+
+    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": []}
+    resume_from = None
+    if resume:
+        ckpt = resolve_checkpoint(Path(resume))
+        saved = read_state(ckpt)
+        saved_cfg = saved.get("train_config", {})
+        for key in ("task", "obs", "backend", "image_size", "cameras"):
+            if key in saved_cfg and json.dumps(saved_cfg[key]) != json.dumps(dataclasses.asdict(cfg)[key]):
+                raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={saved_cfg[key]!r}, not {getattr(cfg, key)!r}")
+        actor_state.update({k: saved[k] for k in actor_state if k in saved})
+        resume_from = str(ckpt)
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else ckpt.parent.parent
+    else:
+        run_dir = new_run_dir(cfg)
+    cfg.validate()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.set_num_threads(1)
+    env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
+    eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
+    spec = obs_spec(env.observation_space)
+    agent_cfg = agent_config_for(cfg, env)
+    if resume_from:
+        from robot_rl.runtime.checkpoint import read_agent_file
+
+        _, meta = read_agent_file(Path(resume_from) / "agent.safetensors")
+        saved_agent = json.loads(meta["agent_config"])
+        if saved_agent.get("state_dim") != agent_cfg.state_dim or list(saved_agent.get("cameras", [])) != list(agent_cfg.cameras):
+            raise CheckpointError(f"checkpoint {resume_from} does not match this environment's observations")
+    policy = SACAgent(agent_cfg)
+    logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
+    link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
+    actor = Actor(cfg, link, policy)
+    t_start = time.time()
+    summary: dict = {}
+    try:
+        if not resume_from:
+            if cfg.demos:
+                send_demo = lambda *tr: link.send("demo", transition_arrays(*tr))  # noqa: E731
+                info = collect_demos(env, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed, noise=cfg.demo_noise)
+                actor_state["demo_steps"] = info["steps"]
+                log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
+            link.send("begin")
+        actor.wait_for(lambda: actor.weights_version >= 1, "pre-train", timeout=3600)
+        step = actor_state["env_steps"]
+        if not resume_from:
+            record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, cfg.eval_episodes, seed=2_000_000), step, logger, log)
+        obs, _ = env.reset(seed=cfg.seed + step)
+        random_until = cfg.random_steps if cfg.demos == 0 else 0
+        while step < cfg.env_steps:
+            actor.poll()
+            actor.wait_for_learner(step)
+            action = env.action_space.sample() if step < random_until else policy.act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            link.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated))
+            step += 1
+            actor_state["env_steps"] = step
+            obs = next_obs
+            if terminated or truncated:
+                actor_state["episodes"] += 1
+                actor_state["train_successes"].append(bool(info["success"]))
+                obs, _ = env.reset()
+            if step % cfg.eval_every == 0 or step == cfg.env_steps:
+                episodes = cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes
+                record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step, logger, log)
+            if step % cfg.checkpoint_every == 0 or step == cfg.env_steps:
+                actor.checkpoint(f"step_{step:09d}", actor_state, wait=True)
+            logger.progress(step, actor_state, actor.status)
+        summary = make_summary(cfg, actor_state, time.time() - t_start, actor, run_dir)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        logger.plot_curve(actor_state["evals"], cfg)
+        return summary
+    finally:
+        logger.close()
+        link.close()
+        env.close()
+        eval_env.close()
+
+
+def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None:
+    actor_state["evals"].append({"env_steps": step, **result})
+    logger.scalar("eval/success_rate", result["success_rate"], step)
+    logger.scalar("eval/episode_length", result["episode_length"], step)
+    log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
+
+
+def steps_to(evals: list[dict], threshold: float) -> int | None:
+    for e in evals:
+        if e["success_rate"] >= threshold:
+            return e["env_steps"]
+    return None
+
+
+def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Actor, run_dir: Path) -> dict:
+    evals = actor_state["evals"]
+    return {
+        "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": cfg.demos,
+        "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
+        "updates": actor.status.get("updates", 0),
+        "final_success_rate": evals[-1]["success_rate"] if evals else None,
+        "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
+        "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
+        "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint, "run_dir": str(run_dir),
+        "dropped_transitions": actor.link.endpoint.dropped, "evals": evals,
+    }
