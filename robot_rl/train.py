@@ -67,6 +67,8 @@ class TrainConfig:
     checkpoint_every: int = 5000
     run_dir: str | None = None
     progress: bool = True
+    residual: bool = True  # with demos: residual RL on a frozen BC base (see agents/sac.py)
+    residual_scale: float = 0.5
     agent: dict = field(default_factory=dict)  # SACConfig overrides
 
     def validate(self) -> None:
@@ -83,7 +85,8 @@ class TrainConfig:
 def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
     spec = obs_spec(env.observation_space)
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
-                grasp_critic=env.unwrapped.task.uses_gripper)
+                grasp_critic=env.unwrapped.task.uses_gripper,
+                residual_scale=cfg.residual_scale if cfg.residual and cfg.demos > 0 else 0.0)
     return SACConfig.from_dict({**base, **cfg.agent})
 
 
@@ -233,7 +236,7 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
                 info = collect_demos(env, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed, noise=cfg.demo_noise)
                 actor_state["demo_steps"] = info["steps"]
                 log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
-            link.send("begin")
+        link.send("begin")
         actor.wait_for(lambda: actor.weights_version >= 1, "pre-train", timeout=3600)
         step = actor_state["env_steps"]
         if not resume_from:

@@ -1,5 +1,6 @@
 import json
 
+from robot_rl.bench import learner as learner_bench
 from robot_rl.bench import sim as sim_bench
 from robot_rl.cli import main
 
@@ -20,3 +21,24 @@ def test_bench_json_is_the_last_line(monkeypatch, capsys):
     assert main(["bench", "sim", "--quick", "--json"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == {"mujoco_pickcube_state_steps_per_s": 1.0, "quick": True}
+
+
+LEARNER_KEYS = (
+    "updates_per_s_state_e2", "updates_per_s_state_e10", "naive_updates_per_s_state_e10", "ensemble_speedup_e10",
+    "updates_per_s_pixels_e2", "actor_latency_ms_p50_state", "actor_latency_ms_p99_state",
+    "actor_latency_ms_p50_pixels", "actor_latency_ms_p99_pixels", "replay_bytes_ratio",
+    "replay_bytes_per_transition", "raw_obs_bytes", "torch_threads", "batch_size",
+)
+
+
+def test_learner_bench_quick_gives_every_figure(monkeypatch):
+    tiny = {"budget_s": 0.01, "rounds": 1, "warmup": 1, "min_calls": 1, "latency_calls": 20,
+            "online_episodes": 10, "demo_episodes": 5, "batches": 1}
+    monkeypatch.setattr(learner_bench, "QUICK", tiny)
+    figures = learner_bench.run(quick=True, log=lambda msg: None)
+    for key in LEARNER_KEYS:
+        value = figures[key]
+        assert isinstance(value, (int, float)) and value > 0, (key, value)
+    assert figures["batch_size"] == 256 and figures["torch_threads"] == 1
+    assert figures["replay_bytes_ratio"] > 1.0  # L+1 slots for L transitions, plus action/flags
+    assert figures["notes"]

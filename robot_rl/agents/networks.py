@@ -40,8 +40,10 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        if members is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[members], x, self.weight[members])
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -52,8 +54,9 @@ class EnsembleLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n, 1, dim))
         self.bias = nn.Parameter(torch.zeros(n, 1, dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        w, b = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
+        return torch.addcmul(b, F.layer_norm(x, x.shape[-1:]), w)
 
 
 class CriticEnsemble(nn.Module):
@@ -70,9 +73,14 @@ class CriticEnsemble(nn.Module):
         layers.append(EnsembleLinear(n, in_dim, 1))
         self.net = nn.Sequential(*layers)
 
-    def forward(self, features: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """Q of every member, or only of ``members`` (indices) -> [len(members), B]."""
         x = torch.cat([features, action], dim=-1)
-        return self.net(x.unsqueeze(0).expand(self.n, -1, -1)).squeeze(-1)
+        n = self.n if members is None else len(members)
+        x = x.unsqueeze(0).expand(n, -1, -1)
+        for layer in self.net:
+            x = layer(x, members) if isinstance(layer, (EnsembleLinear, EnsembleLayerNorm)) else layer(x)
+        return x.squeeze(-1)
 
 
 class LoopCriticEnsemble(nn.Module):
@@ -83,9 +91,10 @@ class LoopCriticEnsemble(nn.Module):
         self.n = n
         self.critics = nn.ModuleList(mlp(feature_dim + action_dim, hidden, 1) for _ in range(n))
 
-    def forward(self, features: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
         x = torch.cat([features, action], dim=-1)
-        return torch.stack([critic(x).squeeze(-1) for critic in self.critics])
+        chosen = range(self.n) if members is None else members.tolist()
+        return torch.stack([self.critics[i](x).squeeze(-1) for i in chosen])
 
 
 class TanhGaussianActor(nn.Module):

@@ -82,7 +82,7 @@ class SACConfig:
     critic_actor_ratio: int = 1  # critic updates per actor update
     # imitation levers
     residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
-    bc_weight: float = 1.0  # weight of the BC term on demo rows (relative to a normalised Q term)
+    bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)
     q_filter: bool = True
     # grasp critic
     grasp_penalty: float = 0.02
@@ -203,6 +203,9 @@ class SACAgent(nn.Module):
     def update(self, batch: dict, update_actor: bool = True) -> dict[str, float]:
         """One gradient step on critic (+ grasp head), and on actor and temperature."""
         b = self._batch(batch)
+        with torch.no_grad():  # encode each view once per update; heads share the features
+            b["next_feat"] = self.encoder(b["next_obs"])
+            b["next_target_feat"] = self.target_encoder(b["next_obs"])
         metrics = self.update_critic(b)
         if self.grasp is not None:
             metrics.update(self.update_grasp_critic(b))
@@ -215,21 +218,28 @@ class SACAgent(nn.Module):
     def update_critic(self, b: dict) -> dict[str, float]:
         c = self.config
         motion = b["action"][:, : c.motion_dim]
+        self._encode_next(b)
         with torch.no_grad():
-            next_feat = self.encoder(b["next_obs"])
-            next_action, next_log_prob, _ = self.policy(next_feat)
-            target_q = self.target_critic(self.target_encoder(b["next_obs"]), next_action)
-            subset = torch.randperm(c.num_critics, device=target_q.device)[: c.num_target_critics]
-            target_q = target_q[subset].min(0).values
+            next_action, next_log_prob, _ = self.policy(b["next_feat"])
+            subset = torch.randperm(c.num_critics)[: c.num_target_critics]  # REDQ: a random subset
+            target_q = self.target_critic(b["next_target_feat"], next_action, members=subset).min(0).values
             if c.backup_entropy:
                 target_q = target_q - self.alpha * next_log_prob
             y = b["reward"] + b["bootstrap"] * target_q
-        q = self.critic(self.encoder(b["obs"]), motion)  # [n, B]
+        feat = self.encoder(b["obs"])
+        b["feat"] = feat.detach()  # actor and grasp head read the features without training them
+        q = self.critic(feat, motion)  # [n, B]
         loss = ((q - y) ** 2).mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
         return {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+
+    def _encode_next(self, b: dict) -> None:
+        if "next_feat" not in b:
+            with torch.no_grad():
+                b["next_feat"] = self.encoder(b["next_obs"])
+                b["next_target_feat"] = self.target_encoder(b["next_obs"])
 
     def grasp_reward(self, b: dict) -> torch.Tensor:
         """Task reward minus a penalty for commands that toggle the gripper's state."""
@@ -241,10 +251,11 @@ class SACAgent(nn.Module):
 
     def update_grasp_critic(self, b: dict) -> dict[str, float]:
         idx = gripper_index(b["action"][:, -1])
+        self._encode_next(b)
         with torch.no_grad():
-            feat, next_feat = self.encoder(b["obs"]), self.encoder(b["next_obs"])
-            best_next = self.grasp(next_feat).argmax(-1, keepdim=True)  # double DQN: online picks,
-            next_q = self.target_grasp(self.target_encoder(b["next_obs"])).gather(1, best_next).squeeze(1)  # target rates
+            feat = b["feat"] if "feat" in b else self.encoder(b["obs"])
+            best_next = self.grasp(b["next_feat"]).argmax(-1, keepdim=True)  # double DQN: online picks,
+            next_q = self.target_grasp(b["next_target_feat"]).gather(1, best_next).squeeze(1)  # target rates
             y = self.grasp_reward(b) + b["bootstrap"] * next_q
         q_all = self.grasp(feat)
         q = q_all.gather(1, idx[:, None]).squeeze(1)
@@ -262,7 +273,7 @@ class SACAgent(nn.Module):
 
     def update_actor(self, b: dict) -> dict[str, float]:
         c = self.config
-        feat = self.encoder(b["obs"]).detach()
+        feat = b["feat"] if "feat" in b else self.encoder(b["obs"]).detach()
         action, log_prob, mean = self.policy(feat)
         q = self.critic(feat, action).mean(0)
         q_scale = q.abs().mean().detach().clamp_min(1e-3)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.errors import UserFacingError
 from robot_rl.replay import MixedReplay, ReplayBuffer
 from robot_rl.runtime.checkpoint import load_agent, load_replay, write_checkpoint
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
@@ -52,8 +53,8 @@ def transition_arrays(obs, action, reward, next_obs, terminated, truncated, is_i
     return arrays
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
+class NonFiniteLoss(UserFacingError):
+    """A loss became NaN/inf: training stops; nothing broken is checkpointed."""
 
 
 class Learner:
@@ -88,9 +89,10 @@ class Learner:
             self.stopped = True
 
     def begin(self) -> None:
-        """Demos are in: fit the state normaliser, clone the demos, warm up the critics."""
+        """Demos are in: fit the state normaliser, clone the demos, warm up the critics.
+        A resumed learner skips this and just publishes its weights."""
         t = self.train
-        if len(self.replay.demo):
+        if not self.started and len(self.replay.demo):
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
             for _ in range(t["pretrain_steps"]):
                 self._check(self.agent.pretrain_actor(self.replay.demo.sample(t["batch_size"])), "bc")

@@ -1,0 +1,246 @@
+"""``robot-rl bench learner``: SAC/RLPD learner throughput and acting latency on CPU.
+
+Figures, all measured in one run:
+
+* full ``SACAgent.update(batch)`` calls per second (critic + grasp head + actor + temperature
+  + target update) at batch 256, state observations (PickCube state spec, 30 dims) with 2 and
+  10 critics (REDQ, min over 2 targets), and pixels (front + wrist 64x64 uint8, state 20,
+  DrQ encoder, random-shift augmentation inside ``update``) with 2 critics;
+* the same 10-critic state update with the batched ``CriticEnsemble`` swapped for the naive
+  per-critic ``LoopCriticEnsemble`` (measured interleaved with the batched one) and the speedup;
+* ``agent.act(obs)`` latency for one observation (p50 / p99), state and pixels;
+* replay memory per transition for a pixel replay filled with 20-step episodes, against the
+  raw bytes of one observation (obs and next_obs share slots, so the ratio is ~ (L+1)/L).
+
+Replays are filled with synthesized random transitions of the right spec (the sim is not
+stepped); batches are sampled from a ``MixedReplay`` before timing so only ``update`` is timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from robot_rl.agents.networks import LoopCriticEnsemble
+from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig
+from robot_rl.envs import make_env, obs_spec
+from robot_rl.replay.buffer import MixedReplay, ReplayBuffer
+
+BATCH_SIZE = 256
+EPISODE_LEN = 20  # realistic PickCube expert episode length (~19 steps)
+ACTION_DIM = 7
+PIXEL_CAMERAS = ("front", "wrist")
+PIXEL_IMAGE_SIZE = (64, 64)
+PIXEL_STATE_DIM = 20
+
+# Per-mode settings; module-level so tests can shrink them.
+QUICK = {"budget_s": 2.5, "rounds": 2, "warmup": 2, "min_calls": 2, "latency_calls": 200,
+         "online_episodes": 100, "demo_episodes": 50, "batches": 4}
+FULL = {"budget_s": 10.0, "rounds": 4, "warmup": 5, "min_calls": 3, "latency_calls": 500,
+        "online_episodes": 200, "demo_episodes": 100, "batches": 8}
+LATENCY_WARMUP = 20
+
+
+# ------------------------------------------------------------------------------ data
+def random_obs(spec: dict, rng: np.random.Generator) -> dict:
+    """One observation with the spec's shapes and dtypes (uint8 images, float32 state)."""
+    out = {}
+    for key, (shape, dtype) in spec.items():
+        if np.dtype(dtype) == np.uint8:
+            out[key] = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        else:
+            out[key] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def fill(buffer: ReplayBuffer, episodes: int, rng: np.random.Generator, add=None) -> None:
+    """Add ``episodes`` episodes of EPISODE_LEN random transitions (terminated or truncated at the end)."""
+    add = add or buffer.add
+    for _ in range(episodes):
+        obs = random_obs(buffer.obs_spec, rng)
+        success = bool(rng.random() < 0.5)
+        for t in range(EPISODE_LEN):
+            nxt = random_obs(buffer.obs_spec, rng)
+            action = rng.uniform(-1, 1, ACTION_DIM).astype(np.float32)
+            action[-1] = GRASP_VALUES[rng.integers(3)]
+            last = t == EPISODE_LEN - 1
+            add(obs, action, float(success and last), nxt, success and last, last and not success)
+            obs = nxt
+
+
+def make_replay(spec: dict, settings: dict, seed: int) -> MixedReplay:
+    """A MixedReplay (50/50 demo/online) large enough never to wrap."""
+    rng = np.random.default_rng(seed)
+    slots = lambda eps: eps * (EPISODE_LEN + 1) + 1  # noqa: E731
+    online = ReplayBuffer(slots(settings["online_episodes"]), spec, ACTION_DIM, seed=seed)
+    demo = ReplayBuffer(slots(settings["demo_episodes"]), spec, ACTION_DIM, seed=seed + 1)
+    replay = MixedReplay(online, demo, 0.5)
+    fill(demo, settings["demo_episodes"], rng, add=lambda *a: replay.add_demo(*a))
+    fill(online, settings["online_episodes"], rng, add=lambda *a: replay.add(*a))
+    return replay
+
+
+def make_agent(config: SACConfig, replay: MixedReplay, seed: int) -> SACAgent:
+    torch.manual_seed(seed)
+    agent = SACAgent(config)
+    used = min(replay.demo._slots_written, replay.demo.capacity)
+    agent.fit_normalizer(replay.demo._obs["state"][:used])
+    return agent
+
+
+def use_loop_critic(agent: SACAgent) -> SACAgent:
+    """Swap the batched critic (and its target) for the naive per-critic loop, same sizes,
+    and rebuild the critic optimizer exactly as ``SACAgent.__init__`` does."""
+    c = agent.config
+    agent.critic = LoopCriticEnsemble(c.num_critics, agent.encoder.out_dim, c.motion_dim, c.hidden).to(c.device)
+    agent.target_critic = copy.deepcopy(agent.critic).requires_grad_(False)
+    critic_params = list(agent.critic.parameters()) + [p for p in agent.encoder.parameters() if p.requires_grad]
+    agent.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
+    return agent
+
+
+# ----------------------------------------------------------------------- measurement
+class UpdateTimer:
+    """Counts ``agent.update`` calls and their wall time over rounds, cycling through batches."""
+
+    def __init__(self, agent: SACAgent, batches: list[dict], warmup: int):
+        self.agent, self.batches = agent, batches
+        self.calls, self.seconds, self._i = 0, 0.0, 0
+        for _ in range(warmup):
+            self._step()
+
+    def _step(self) -> None:
+        self.agent.update(self.batches[self._i % len(self.batches)])
+        self._i += 1
+
+    def round(self, budget_s: float, min_calls: int = 1) -> None:
+        calls, t0 = 0, time.perf_counter()
+        while True:
+            self._step()
+            calls += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= budget_s and calls >= min_calls:
+                break
+        self.calls += calls
+        self.seconds += elapsed
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+
+def measure_updates(timers: list[UpdateTimer], budget_s: float, rounds: int, min_calls: int) -> list[float]:
+    """Give each timer ``budget_s`` in total, split into ``rounds`` interleaved rounds."""
+    per_round = budget_s / rounds
+    for _ in range(rounds):
+        for timer in timers:
+            timer.round(per_round, max(1, -(-min_calls // rounds)))
+    return [timer.rate for timer in timers]
+
+
+def act_latency_ms(agent: SACAgent, obs: dict, calls: int) -> tuple[float, float]:
+    """(p50, p99) of ``agent.act(obs)`` wall time per call, in milliseconds."""
+    for _ in range(LATENCY_WARMUP):
+        agent.act(obs)
+    times = np.empty(calls)
+    for i in range(calls):
+        t0 = time.perf_counter()
+        agent.act(obs)
+        times[i] = time.perf_counter() - t0
+    p50, p99 = np.percentile(times * 1e3, [50, 99])
+    return float(p50), float(p99)
+
+
+def state_spec() -> dict:
+    env = make_env("PickCube", "mujoco", "state")
+    spec = obs_spec(env.observation_space)
+    env.close()
+    return spec
+
+
+def pixel_spec() -> dict:
+    spec = {"state": ((PIXEL_STATE_DIM,), np.dtype(np.float32))}
+    spec.update({cam: ((*PIXEL_IMAGE_SIZE, 3), np.dtype(np.uint8)) for cam in PIXEL_CAMERAS})
+    return spec
+
+
+# ------------------------------------------------------------------------------- run
+def run(quick: bool = False, log=print) -> dict:
+    s = QUICK if quick else FULL
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(s, log)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(s: dict, log) -> dict:
+    figures: dict = {"batch_size": BATCH_SIZE, "torch_threads": torch.get_num_threads()}
+    budget, rounds, warmup, min_calls = s["budget_s"], s["rounds"], s["warmup"], s["min_calls"]
+
+    # --- state: 2 critics, 10 critics batched vs naive loop (interleaved)
+    spec = state_spec()
+    state_dim = spec["state"][0][0]
+    replay = make_replay(spec, s, seed=0)
+    batches = [replay.sample(BATCH_SIZE) for _ in range(s["batches"])]
+    log(f"state replay: {len(replay.online)} online + {len(replay.demo)} demo transitions, state_dim {state_dim}")
+    cfg = lambda n: SACConfig(state_dim=state_dim, num_critics=n, num_target_critics=2)  # noqa: E731
+    agent_e2 = make_agent(cfg(2), replay, seed=0)
+    (rate,) = measure_updates([UpdateTimer(agent_e2, batches, warmup)], budget, rounds, min_calls)
+    figures["updates_per_s_state_e2"] = round(rate, 2)
+    log(f"state e2: {rate:.1f} updates/s")
+    agent_e10 = make_agent(cfg(10), replay, seed=0)
+    naive_e10 = use_loop_critic(make_agent(cfg(10), replay, seed=0))
+    timers = [UpdateTimer(agent_e10, batches, warmup), UpdateTimer(naive_e10, batches, warmup)]
+    batched, naive = measure_updates(timers, budget, rounds, min_calls)
+    figures["updates_per_s_state_e10"] = round(batched, 2)
+    figures["naive_updates_per_s_state_e10"] = round(naive, 2)
+    figures["ensemble_speedup_e10"] = round(batched / naive, 3)
+    log(f"state e10: {batched:.1f} updates/s batched, {naive:.1f} naive loop ({batched / naive:.2f}x)")
+    state_obs = random_obs(spec, np.random.default_rng(1))
+    p50, p99 = act_latency_ms(agent_e2, state_obs, s["latency_calls"])
+    figures["actor_latency_ms_p50_state"], figures["actor_latency_ms_p99_state"] = round(p50, 4), round(p99, 4)
+    log(f"state act latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+    del agent_e10, naive_e10, timers, batches, replay
+
+    # --- pixels: 2 critics
+    spec = pixel_spec()
+    replay = make_replay(spec, s, seed=2)
+    batches = [replay.sample(BATCH_SIZE) for _ in range(s["batches"])]
+    log(f"pixel replay: {len(replay.online)} online + {len(replay.demo)} demo transitions")
+    config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE, state_dim=PIXEL_STATE_DIM)
+    agent_px = make_agent(config, replay, seed=0)
+    (rate,) = measure_updates([UpdateTimer(agent_px, batches, max(1, warmup // 2))], budget, rounds, min_calls)
+    figures["updates_per_s_pixels_e2"] = round(rate, 3)
+    log(f"pixels e2: {rate:.2f} updates/s")
+    pixel_obs = random_obs(spec, np.random.default_rng(3))
+    p50, p99 = act_latency_ms(agent_px, pixel_obs, s["latency_calls"])
+    figures["actor_latency_ms_p50_pixels"], figures["actor_latency_ms_p99_pixels"] = round(p50, 4), round(p99, 4)
+    log(f"pixels act latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+
+    # --- replay memory: the pixel online buffer holds only complete 20-step episodes, unwrapped
+    per_transition = replay.online.bytes_per_transition()
+    raw = sum(np.asarray(v).nbytes for v in pixel_obs.values())
+    figures["replay_bytes_per_transition"] = round(per_transition, 1)
+    figures["raw_obs_bytes"] = int(raw)
+    figures["replay_bytes_ratio"] = round(per_transition / raw, 4)
+    log(f"pixel replay: {per_transition:.0f} bytes/transition vs {raw} raw obs bytes ({per_transition / raw:.3f}x)")
+
+    figures["notes"] = [
+        "torch.set_num_threads(1) for comparability across machines and runs (restored afterwards); CPU, float32",
+        f"updates/s time only SACAgent.update on pre-sampled batch-{BATCH_SIZE} MixedReplay batches (50% demo) "
+        "cycled; replay sampling is not timed; replays hold synthesized random transitions of the right spec",
+        f"each update figure: {budget:g} s wall budget after {warmup} warm-up updates; the e10 batched and naive "
+        f"loop agents are measured interleaved in {rounds} rounds each",
+        "naive = the same agent with critic and target critic replaced by LoopCriticEnsemble (same sizes, fresh "
+        "weights) and the critic optimizer rebuilt over critic + encoder params as in SACAgent.__init__",
+        f"act latency: time.perf_counter per agent.act(obs) call on one observation, {LATENCY_WARMUP} warm-up "
+        f"calls then {s['latency_calls']} timed; stochastic action plus grasp head",
+        f"replay bytes: pixel ReplayBuffer.bytes_per_transition() after {EPISODE_LEN}-step episodes "
+        "(obs and next_obs share slots: L+1 slots per L transitions) over the nbytes of one observation dict",
+    ]
+    return figures

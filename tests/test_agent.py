@@ -1,0 +1,221 @@
+"""The SAC agent: ensemble maths, grasp-critic targets, log-probs, weights without pickle."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
+from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index
+from robot_rl.runtime.checkpoint import CheckpointError, load_agent, save_agent
+from robot_rl.runtime.transport import pack, unpack
+
+
+def _batch(n=16, state_dim=8, action=None, reward=None, width=0.08, seed=0):
+    rng = np.random.default_rng(seed)
+    state = rng.normal(size=(n, state_dim)).astype(np.float32)
+    state[:, 0] = width
+    return {
+        "obs": {"state": state},
+        "next_obs": {"state": rng.normal(size=(n, state_dim)).astype(np.float32)},
+        "action": action if action is not None else rng.uniform(-1, 1, (n, 7)).astype(np.float32),
+        "reward": reward if reward is not None else rng.integers(0, 2, n).astype(np.float32),
+        "bootstrap": np.full(n, 0.97, np.float32),
+        "is_demo": np.arange(n) < n // 2,
+    }
+
+
+def _agent(**kw):
+    torch.manual_seed(0)
+    return SACAgent(SACConfig(state_dim=8, hidden=(32, 32), gripper_width_index=0, **kw))
+
+
+def test_ensemble_linear_equals_separate_layers():
+    layer = EnsembleLinear(4, 5, 3)
+    x = torch.randn(4, 7, 5)
+    out = layer(x)
+    for i in range(4):
+        torch.testing.assert_close(out[i], x[i] @ layer.weight[i] + layer.bias[i, 0])
+
+
+def test_critic_members_are_independent_networks():
+    critic = CriticEnsemble(3, 6, 2, hidden=(16, 16))
+    q = critic(torch.randn(10, 6), torch.randn(10, 2))
+    assert q.shape == (3, 10)
+    assert not torch.allclose(q[0], q[1])
+    # a gradient through member 0 touches only member 0's weights
+    q[0].sum().backward()
+    grad = critic.net[0].weight.grad
+    assert grad[0].abs().sum() > 0 and grad[1:].abs().sum() == 0
+
+
+def test_tanh_gaussian_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(4, 3, (16,))
+    feats = torch.randn(64, 4)
+    action, log_prob, _ = actor.sample(feats)
+    mean, log_std = actor(feats)
+    dist = torch.distributions.TransformedDistribution(
+        torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1),
+        [torch.distributions.TanhTransform(cache_size=1)],
+    )
+    keep = action.abs().max(-1).values < 0.999  # atanh is ill-conditioned at the edges
+    torch.testing.assert_close(log_prob[keep], dist.log_prob(action)[keep], atol=2e-3, rtol=2e-3)
+
+
+def test_gripper_index_uses_the_env_thresholds():
+    idx = gripper_index(torch.tensor([1.0, 0.6, 0.5, 0.0, -0.5, -0.6, -1.0]))
+    assert idx.tolist() == [0, 0, 1, 1, 1, 2, 2]  # close, stay, open
+
+
+def test_grasp_penalty_only_for_commands_that_toggle_the_gripper():
+    agent = _agent()
+    n = 6
+    action = np.zeros((n, 7), np.float32)
+    action[:, 6] = [1, 1, -1, -1, 0, 0]  # close, close, open, open, stay, stay
+    batch = _batch(n, action=action, reward=np.zeros(n, np.float32))
+    batch["obs"]["state"][:, 0] = [0.08, 0.0, 0.08, 0.0, 0.08, 0.0]  # open, closed, ...
+    b = agent._batch(batch)
+    reward = agent.grasp_reward(b)
+    p = agent.config.grasp_penalty
+    # close while open toggles, close while closed does not; open while closed toggles
+    assert reward.tolist() == pytest.approx([-p, 0.0, 0.0, -p, 0.0, 0.0])
+
+
+def test_grasp_critic_target_is_double_dqn():
+    agent = _agent(grasp_margin=0.0)
+    batch = _batch(8)
+    b = agent._batch(batch)
+    with torch.no_grad():
+        for p in agent.target_grasp.parameters():  # online and target heads must disagree
+            p.add_(0.5 * torch.randn_like(p))
+        next_online = agent.grasp(agent.encoder(b["next_obs"]))
+        next_target = agent.target_grasp(agent.target_encoder(b["next_obs"]))
+        chosen = next_online.argmax(-1)
+        expected = agent.grasp_reward(b) + b["bootstrap"] * next_target.gather(1, chosen[:, None]).squeeze(1)
+        plain_dqn = agent.grasp_reward(b) + b["bootstrap"] * next_target.max(-1).values
+    assert not torch.allclose(expected, plain_dqn), "heads agree: the test could not tell double DQN from DQN"
+    captured = {}
+    original = torch.nn.functional.mse_loss
+
+    def spy(q, y):
+        captured["y"] = y.clone()
+        return original(q, y)
+
+    import robot_rl.agents.sac as sac
+
+    sac.F.mse_loss = spy
+    try:
+        agent.update_grasp_critic(b)
+    finally:
+        sac.F.mse_loss = original
+    torch.testing.assert_close(captured["y"], expected)
+
+
+def test_grasp_margin_makes_demonstrated_command_greedy():
+    agent = _agent(grasp_margin=0.1)
+    action = np.zeros((32, 7), np.float32)
+    action[:, 6] = -1.0  # the demos always command "open"
+    batch = _batch(32, action=action, reward=np.zeros(32, np.float32))
+    batch["is_demo"][:] = True
+    for _ in range(150):
+        agent.update(batch, update_actor=False)
+    with torch.no_grad():
+        greedy = agent.grasp(agent.encoder(agent._batch(batch)["obs"])).argmax(-1)
+    assert (greedy == 2).float().mean() > 0.9
+
+
+def test_redq_target_uses_a_subset_of_the_target_ensemble():
+    agent = _agent(num_critics=10, num_target_critics=2)
+    assert agent.critic.n == 10 and agent.target_critic.n == 10
+    metrics = agent.update(_batch(16))
+    assert math.isfinite(metrics["critic_loss"])
+    with pytest.raises(ValueError, match="num_target_critics"):
+        _agent(num_critics=2, num_target_critics=3)
+
+
+def test_update_moves_targets_by_polyak_averaging():
+    agent = _agent(tau=0.5)
+    before = agent.target_critic.net[0].weight.detach().clone()
+    agent.update(_batch(16))
+    online = agent.critic.net[0].weight.detach()
+    torch.testing.assert_close(agent.target_critic.net[0].weight, before + 0.5 * (online - before))
+
+
+def test_residual_policy_starts_at_the_base_policy():
+    agent = _agent(residual_scale=0.5)
+    feats = agent.encoder(agent._obs({"state": np.random.randn(5, 8).astype(np.float32)}, augment=False))
+    _, _, mean = agent.policy(feats)
+    base = torch.tanh(agent.base(feats))
+    assert (mean - base).abs().max() < 0.05
+    before = [p.clone() for p in agent.base.parameters()]
+    agent.update(_batch(16))  # RL updates never touch the frozen base
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.base.parameters()))
+
+
+def test_policy_weights_round_trip_without_pickle(monkeypatch):
+    import pickle
+
+    agent = _agent()
+    for _ in range(3):
+        agent.update(_batch(16))
+    blob = pack(agent.policy_state_dict(), {"version": 3})
+
+    def no_pickle(*a, **k):
+        raise AssertionError("pickle used")
+
+    monkeypatch.setattr(pickle, "loads", no_pickle)
+    monkeypatch.setattr(pickle, "load", no_pickle)
+    arrays, meta = unpack(blob)
+    other = _agent()
+    other.load_policy_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
+    obs = {"state": np.random.randn(8).astype(np.float32)}
+    np.testing.assert_array_equal(agent.act(obs, deterministic=True), other.act(obs, deterministic=True))
+    assert meta["version"] == 3
+
+
+def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
+    agent = _agent(residual_scale=0.3)
+    for _ in range(3):
+        agent.update(_batch(16))
+    path = tmp_path / "agent.safetensors"
+    save_agent(agent, path)
+    loaded = load_agent(path)
+    for (k, a), (_, b) in zip(agent.state_dict().items(), loaded.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert loaded.num_updates == 3
+    # optimiser moments survive: the next update is identical
+    torch.manual_seed(1)
+    m1 = agent.update(_batch(16, seed=5))
+    torch.manual_seed(1)
+    m2 = loaded.update(_batch(16, seed=5))
+    assert m1["critic_loss"] == pytest.approx(m2["critic_loss"], rel=1e-5)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_agent(path)
+    with pytest.raises(CheckpointError, match="no agent weights"):
+        load_agent(tmp_path / "missing.safetensors")
+
+
+def test_pixel_agent_updates_and_acts():
+    torch.manual_seed(0)
+    cfg = SACConfig(state_dim=5, cameras=("front", "wrist"), image_size=(32, 32), hidden=(32, 32),
+                    gripper_width_index=0)
+    agent = SACAgent(cfg)
+    rng = np.random.default_rng(0)
+    n = 8
+
+    def obs():
+        return {"state": rng.normal(size=(n, 5)).astype(np.float32),
+                "front": rng.integers(0, 255, (n, 32, 32, 3), dtype=np.uint8),
+                "wrist": rng.integers(0, 255, (n, 32, 32, 3), dtype=np.uint8)}
+
+    batch = {"obs": obs(), "next_obs": obs(), "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
+             "reward": np.zeros(n, np.float32), "bootstrap": np.ones(n, np.float32), "is_demo": np.zeros(n, bool)}
+    conv = agent.encoder.images.encoders["front"]
+    before = [p.clone() for p in conv.parameters()]
+    agent.update(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, conv.parameters())), "the critic trains the encoder"
+    action = agent.act({k: v[0] for k, v in batch["obs"].items()})
+    assert action.shape == (7,) and np.all(np.abs(action) <= 1)

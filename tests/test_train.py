@@ -1,0 +1,109 @@
+"""The actor/learner runtime end to end on the sim twin: learning, checkpoints, resume, errors."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from robot_rl.cli import main
+from robot_rl.runtime.checkpoint import CheckpointError
+from robot_rl.runtime.learner import NonFiniteLoss
+from robot_rl.train import TrainConfig, train
+
+TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_warmup_steps=20, progress=False,
+            batch_size=64, agent={"hidden": [64, 64]})
+
+
+def test_learns_peg_insert_from_few_demos_in_a_separate_learner_process(tmp_path):
+    """A small state task learned to a meaningful success rate, asserted over 20 episodes."""
+    cfg = TrainConfig(task="PegInsert", demos=5, env_steps=1500, eval_every=750, eval_episodes=20,
+                      final_eval_episodes=20, learner="process", run_dir=str(tmp_path / "run"), progress=False,
+                      agent={"residual_scale": 0.5})
+    summary = train(cfg, log=lambda m: None)
+    assert summary["final_eval_episodes"] == 20
+    assert summary["final_success_rate"] >= 0.8, summary["evals"]
+    assert summary["updates"] >= 2 * 1500  # the learner kept the update-to-data ratio
+    run = tmp_path / "run"
+    for name in ("config.json", "summary.json", "learning_curve.png"):
+        assert (run / name).is_file()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    # the eval command reproduces a high success rate from the checkpoint alone
+    assert main(["eval", "--checkpoint", str(run), "--episodes", "20"]) == 0
+
+
+def test_checkpoint_resume_continues_counters_and_buffers(tmp_path):
+    run = tmp_path / "run"
+    first = train(TrainConfig(task="PickCube", demos=2, env_steps=120, eval_every=60, checkpoint_every=60,
+                              learner="inline", run_dir=str(run), **TINY), log=lambda m: None)
+    assert first["env_steps"] == 120
+    from robot_rl.runtime.checkpoint import load_replay, read_state, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(run)
+    assert ckpt.name == "step_000000120"
+    assert len(load_replay(ckpt).online) == 120
+    second = train(TrainConfig(task="PickCube", demos=2, env_steps=200, eval_every=60, checkpoint_every=60,
+                               learner="inline", **TINY), resume=str(run), log=lambda m: None)
+    assert second["env_steps"] == 200
+    assert second["updates"] > first["updates"]
+    state = read_state(resolve_checkpoint(run))
+    assert state["env_steps"] == 200 and len(load_replay(resolve_checkpoint(run)).online) == 200
+    assert [e["env_steps"] for e in state["evals"]][:3] == [0, 60, 120]  # history kept across the resume
+
+
+def test_resume_refuses_a_different_task_and_a_corrupt_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    train(TrainConfig(task="PickCube", demos=1, env_steps=40, eval_every=40, learner="inline", run_dir=str(run),
+                      **TINY), log=lambda m: None)
+    with pytest.raises(CheckpointError, match="task"):
+        train(TrainConfig(task="PegInsert", demos=1, env_steps=80, learner="inline", **TINY), resume=str(run))
+    ckpt = run / "checkpoints" / "step_000000040"
+    weights = ckpt / "agent.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 3])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        train(TrainConfig(task="PickCube", demos=1, env_steps=80, learner="inline", **TINY), resume=str(run))
+    assert (ckpt / "state.json").is_file() and (ckpt / "replay" / "online.npz").is_file()  # nothing deleted
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        train(TrainConfig(learner="inline", **TINY), resume=str(tmp_path / "nowhere"))
+
+
+def test_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from robot_rl.agents.sac import SACAgent
+
+    run = tmp_path / "run"
+    calls = {"n": 0}
+    original = SACAgent.update
+
+    def flaky_update(self, batch, update_actor=True):
+        calls["n"] += 1
+        metrics = original(self, batch, update_actor)
+        if calls["n"] > 20 + 2 * 60 + 10:  # warm-up + the first 60 steps are fine
+            metrics["critic_loss"] = math.nan
+        return metrics
+
+    monkeypatch.setattr(SACAgent, "update", flaky_update)
+    with pytest.raises(NonFiniteLoss, match="non-finite critic_loss.*step_000000060"):
+        train(TrainConfig(task="PickCube", demos=1, env_steps=200, eval_every=60, checkpoint_every=60,
+                          learner="inline", run_dir=str(run), **TINY), log=lambda m: None)
+    assert (run / "checkpoints" / "latest").read_text() == "step_000000060"
+    assert json.loads((run / "checkpoints" / "step_000000060" / "state.json").read_text())["env_steps"] == 60
+
+
+def test_eval_cli_rejects_a_checkpoint_from_another_observation_space(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(TrainConfig(task="PickCube", demos=1, env_steps=30, eval_every=30, learner="inline", run_dir=str(run),
+                      **TINY), log=lambda m: None)
+    assert main(["eval", "--checkpoint", str(run), "--task", "PegInsert", "--episodes", "1"]) == 2
+    assert "expects observations" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(tmp_path / "nothing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_train_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["train", "--pretrained", str(tmp_path / "resnet18.pt"), "--obs", "pixels", "--steps", "10"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["train", "--task", "Juggle", "--steps", "10"]) == 2
+    assert "Juggle" in capsys.readouterr().err
+    assert main(["train", "--agent", "no_such_key=1", "--steps", "10", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "no_such_key" in capsys.readouterr().err
