@@ -17,7 +17,7 @@ TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_wa
 
 def test_learns_peg_insert_from_few_demos_in_a_separate_learner_process(tmp_path):
     """A small state task learned to a meaningful success rate, asserted over 20 episodes."""
-    cfg = TrainConfig(task="PegInsert", demos=5, env_steps=1500, eval_every=750, eval_episodes=20,
+    cfg = TrainConfig(task="PegInsert", demos=20, env_steps=1500, eval_every=750, eval_episodes=20,
                       final_eval_episodes=20, learner="process", run_dir=str(tmp_path / "run"), progress=False,
                       agent={"residual_scale": 0.5})
     summary = train(cfg, log=lambda m: None)
