@@ -25,7 +25,7 @@ from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import CheckpointError, read_state, resolve_checkpoint
 from robot_rl.runtime.learner import LATEST_ONLY, build_learner, learner_main, transition_arrays
-from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair, unpack  # noqa: F401
+from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
 
 class TrainingError(UserFacingError):
@@ -169,7 +169,8 @@ class Actor:
     def wait_for_learner(self, online_sent: int) -> None:
         """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
         cfg = self.cfg
-        if not cfg.sync or online_sent < max(cfg.learning_starts, 1):
+        starts = cfg.learning_starts or (cfg.random_steps if cfg.demos == 0 else 0)  # as the learner
+        if not cfg.sync or online_sent < max(starts, 1):
             return
         owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
         self.wait_for(lambda: self.status.get("online_updates", 0) >= owed, "catch up")

@@ -335,6 +335,7 @@ def test_inprocess_receive_timeout_waits_then_wakes():
     assert [m.meta for m in msgs] == [{"late": True}]
 
 
+@pytest.mark.timeout(8)  # receive(timeout=10) on a closed link must return at once
 def test_inprocess_close():
     a, b = inprocess_pair()
     a.send("transition", meta={"i": 0})
@@ -344,10 +345,8 @@ def test_inprocess_close():
     assert a.dropped == 1
     assert not b.send("status")  # peer gone
     assert b.dropped == 1
-    t0 = time.monotonic()
     assert [m.meta for m in b.receive(timeout=10.0)] == [{"i": 0}]  # what is left
     assert b.receive(timeout=10.0) == []  # no waiting on a closed link
-    assert time.monotonic() - t0 < 2.0
 
 
 def test_send_rejects_invalid_messages():
@@ -366,6 +365,7 @@ def test_send_rejects_invalid_messages():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(20)  # a blocking send or an unbounded close would hang: the guard fails it
 def test_pipe_backpressure_drops_instead_of_blocking():
     """The reader never reads: its inbox fills, the pipe fills, then the writer's
     bounded outgoing queue fills and sends are dropped - all without blocking."""
@@ -375,12 +375,10 @@ def test_pipe_backpressure_drops_instead_of_blocking():
     try:
         payload = {"img": np.zeros(64 * 1024, np.uint8)}
         results = []
-        t0 = time.monotonic()
         for i in range(300):
             results.append(writer.send("transition", payload, {"i": i}))
             if i % 50 == 49:
                 time.sleep(0.02)  # give the I/O threads a chance to fill everything up
-        assert time.monotonic() - t0 < 5.0  # hang guard
         assert results[0] is True
         assert results.count(False) > 0
         assert writer.dropped == results.count(False)
@@ -392,12 +390,11 @@ def test_pipe_backpressure_drops_instead_of_blocking():
         idx = [m.meta["i"] for m in got]
         assert idx == sorted(idx) and idx[0] == 0
     finally:
-        t0 = time.monotonic()
         writer.close()  # its sender is stuck on a full pipe: close must still be bounded
         reader.close()
-        assert time.monotonic() - t0 < 5.0
 
 
+@pytest.mark.timeout(9)  # a receive that waited its 10 s on a closed link would trip this
 def test_pipe_close_flushes_and_peer_sees_it():
     conn_a, conn_b = pipe_pair()
     a = PipeEndpoint(conn_a, close_timeout=2.0)
@@ -412,10 +409,8 @@ def test_pipe_close_flushes_and_peer_sees_it():
         msgs = b.receive()
         assert [m.kind for m in msgs] == ["transition"] * 10 + ["stop"]
         assert [m.meta.get("i") for m in msgs[:10]] == list(range(10))
-        t0 = time.monotonic()
-        assert b.receive(timeout=10.0) == []
+        assert b.receive(timeout=10.0) == []  # closed link: returns at once (timeout guard below)
         assert not b.send("status")
-        assert time.monotonic() - t0 < 2.0
     finally:
         a.close()
         b.close()
@@ -472,6 +467,7 @@ def test_pipe_child_process_weights_latest_wins():
         assert proc.exitcode == 0
 
 
+@pytest.mark.timeout(SPAWN_READY_S + 25)  # two 60 s receives on a dead peer must not wait
 def test_pipe_child_killed_parent_does_not_block():
     with _spawned(_echo_child) as (proc, ep):
         ready = _collect(ep, lambda m: any(x.kind == "status" for x in m), SPAWN_READY_S)
@@ -484,26 +480,16 @@ def test_pipe_child_killed_parent_does_not_block():
         assert not proc.is_alive()
 
         payload = {"img": np.zeros(256 * 1024, np.uint8)}
-        slowest = 0.0
         results = []
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            t0 = time.monotonic()
+        for _ in range(1000):  # a send that blocked on the dead pipe would hang here
             results.append(ep.send("transition", payload))
-            slowest = max(slowest, time.monotonic() - t0)
             if len(results) >= 20 and not any(results[-10:]):
                 break
             time.sleep(0.005)
-        assert slowest < 0.5  # every send returned promptly
         assert not any(results[-10:])  # ...and, once the death is noticed, as dropped
         assert ep.peer_closed
         assert ep.dropped >= 10
 
-        t0 = time.monotonic()
-        ep.receive(timeout=10.0)  # must not hang on a dead peer
-        ep.receive(timeout=10.0)
-        assert time.monotonic() - t0 < 2.0
-
-        t0 = time.monotonic()
+        ep.receive(timeout=60.0)  # must not wait on a dead peer (the timeout guard fails it)
+        ep.receive(timeout=60.0)
         ep.close()
-        assert time.monotonic() - t0 < 3.0

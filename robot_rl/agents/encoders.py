@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 __all__ = [
     "random_shift",

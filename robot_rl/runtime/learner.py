@@ -69,6 +69,7 @@ class Learner:
         self.metrics: dict[str, float] = {}
         self.stopped = False
         self.last_checkpoint: str | None = None
+        self.normalizer_fitted = self.started or len(replay.demo) > 0
 
     # ---- messages ----------------------------------------------------------------------
     def handle(self, msg: Message) -> None:
@@ -93,6 +94,7 @@ class Learner:
         A resumed learner skips this and just publishes its weights."""
         t = self.train
         if not self.started and len(self.replay.demo):
+            self.normalizer_fitted = True
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
             for _ in range(t["pretrain_steps"]):
                 self._check(self.agent.pretrain_actor(self.replay.demo.sample(t["batch_size"])), "bc")
@@ -119,13 +121,16 @@ class Learner:
 
     def updates_owed(self) -> int:
         t = self.train
-        if not self.started or self.online_received < t["learning_starts"]:
+        # without demos, learning waits for the random-action phase (the normaliser is fitted on it)
+        starts = t["learning_starts"] or (t["random_steps"] if not len(self.replay.demo) else 0)
+        if not self.started or self.online_received < starts:
             return 0
         return int(t["utd"] * self.online_received) - self.online_updates
 
     def update_once(self) -> None:
-        if not self.agent.encoder.normalizer.std.ne(1).any() and len(self.replay.demo) == 0:
+        if not self.normalizer_fitted:  # no demos: fit on the first online data, once
             self.agent.fit_normalizer(self.replay.online.sample(min(5000, len(self.replay.online)))["obs"]["state"])
+            self.normalizer_fitted = True
         step = self.online_updates
         self._check_all(self.agent.update(self._sample(), update_actor=step % self.train["critic_actor_ratio"] == 0))
         self.online_updates += 1
