@@ -52,6 +52,7 @@ class TrainConfig:
     pretrain_steps: int = 1000  # behaviour cloning steps on the demos before RL
     critic_warmup_steps: int = 1000  # critic-only updates on the demos before RL
     random_steps: int = 1000  # uniform random actions first, only when there are no demos
+    actor_delay: int = 0  # online env steps before the actor starts updating (critic-only until then)
     learning_starts: int = 0
     replay_capacity: int = 200_000
     demo_capacity: int = 50_000
@@ -69,6 +70,7 @@ class TrainConfig:
     progress: bool = True
     residual: bool = True  # with demos: residual RL on a frozen BC base (see agents/sac.py)
     residual_scale: float = 0.5
+    residual_penalty: float = 0.1  # holds the policy near the base unless Q clearly says otherwise
     agent: dict = field(default_factory=dict)  # SACConfig overrides
 
     def validate(self) -> None:
@@ -86,7 +88,8 @@ def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
     spec = obs_spec(env.observation_space)
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
                 grasp_critic=env.unwrapped.task.uses_gripper,
-                residual_scale=cfg.residual_scale if cfg.residual and cfg.demos > 0 else 0.0)
+                residual_scale=cfg.residual_scale if cfg.residual and cfg.demos > 0 else 0.0,
+                residual_penalty=cfg.residual_penalty if cfg.residual and cfg.demos > 0 else 0.0)
     return SACConfig.from_dict({**base, **cfg.agent})
 
 

@@ -154,6 +154,22 @@ def test_residual_policy_starts_at_the_base_policy():
     assert all(torch.equal(a, b) for a, b in zip(before, agent.base.parameters()))
 
 
+
+def test_residual_penalty_holds_the_policy_at_the_base():
+    """A noisy critic pulls the residual away from the cloned base; the penalty holds it there."""
+    obs = {"state": np.random.default_rng(1).normal(size=(5, 8)).astype(np.float32)}
+
+    def drift(penalty):
+        agent = _agent(residual_scale=0.5, residual_penalty=penalty, actor_lr=3e-3)
+        for i in range(60):
+            agent.update(_batch(32, seed=i))
+        feats = agent.encoder(agent._obs(obs, augment=False))
+        _, _, mean = agent.policy(feats)
+        return (mean - torch.tanh(agent.base(feats))).abs().max().item()
+
+    free, held = drift(0.0), drift(100.0)
+    assert free > 0.1
+    assert held < free / 4
 def test_policy_weights_round_trip_without_pickle(monkeypatch):
     import pickle
 

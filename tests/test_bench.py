@@ -27,13 +27,14 @@ LEARNER_KEYS = (
     "updates_per_s_state_e2", "updates_per_s_state_e10", "naive_updates_per_s_state_e10", "ensemble_speedup_e10",
     "updates_per_s_pixels_e2", "actor_latency_ms_p50_state", "actor_latency_ms_p99_state",
     "actor_latency_ms_p50_pixels", "actor_latency_ms_p99_pixels", "replay_bytes_ratio",
-    "replay_bytes_per_transition", "raw_obs_bytes", "torch_threads", "batch_size",
+    "replay_bytes_per_transition", "raw_obs_bytes", "torch_threads", "batch_size", "naive_e10_gemm_share",
+    "ensemble_speedup_ceiling_e10",
 )
 
 
 def test_learner_bench_quick_gives_every_figure(monkeypatch):
     tiny = {"budget_s": 0.01, "rounds": 1, "warmup": 1, "min_calls": 1, "latency_calls": 20,
-            "online_episodes": 10, "demo_episodes": 5, "batches": 1}
+            "online_episodes": 10, "demo_episodes": 5, "batches": 1, "profile_calls": 1}
     monkeypatch.setattr(learner_bench, "QUICK", tiny)
     figures = learner_bench.run(quick=True, log=lambda msg: None)
     for key in LEARNER_KEYS:
@@ -41,4 +42,5 @@ def test_learner_bench_quick_gives_every_figure(monkeypatch):
         assert isinstance(value, (int, float)) and value > 0, (key, value)
     assert figures["batch_size"] == 256 and figures["torch_threads"] == 1
     assert figures["replay_bytes_ratio"] > 1.0  # L+1 slots for L transitions, plus action/flags
+    assert 0 < figures["naive_e10_gemm_share"] < 1
     assert figures["notes"]

@@ -15,18 +15,20 @@ TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_wa
             batch_size=64, agent={"hidden": [64, 64]})
 
 
-def test_learns_peg_insert_from_demos(tmp_path):
-    """A small state task learned to a meaningful success rate, asserted over 20 episodes. The
+def test_learns_peg_insert_from_few_demos(tmp_path):
+    """A small state task learned to a meaningful success rate, asserted over 20 episodes: three
+    demos clone into a policy that often misses the hole; the online phase must fix it. The
     learner is driven inline so the run is deterministic (the process path: next test)."""
-    cfg = TrainConfig(task="PegInsert", demos=20, env_steps=750, eval_every=375, eval_episodes=20,
-                      final_eval_episodes=20, learner="inline", run_dir=str(tmp_path / "run"), progress=False,
-                      agent={"residual_scale": 0.5})
+    cfg = TrainConfig(task="PegInsert", demos=3, env_steps=2000, eval_every=1000, eval_episodes=20,
+                      final_eval_episodes=20, learner="inline", run_dir=str(tmp_path / "run"), progress=False)
     summary = train(cfg, log=lambda m: None)
     assert summary["final_eval_episodes"] == 20
-    # random actions never insert the peg; >= 0.6 of 20 is far from chance. (The residual learner still
-    # dips on this task: 1.0 after cloning can fall to 0.3-0.75 within 750-1500 steps; issue 3 is open.)
-    assert summary["final_success_rate"] >= 0.6, summary["evals"]
-    assert summary["updates"] >= 2 * 750  # the learner kept the update-to-data ratio
+    cloned = summary["evals"][0]["success_rate"]  # the BC base alone, before any online step
+    assert summary["evals"][0]["env_steps"] == 0
+    # random actions never insert the peg; the residual learner must end well above chance and the clone
+    assert summary["final_success_rate"] >= 0.85, summary["evals"]
+    assert summary["final_success_rate"] > cloned, summary["evals"]
+    assert summary["updates"] >= 2 * 2000  # the learner kept the update-to-data ratio
     run = tmp_path / "run"
     for name in ("config.json", "summary.json", "learning_curve.png"):
         assert (run / name).is_file()

@@ -83,6 +83,7 @@ class SACConfig:
     # imitation levers
     residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
     bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)
+    residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
     q_filter: bool = True
     # grasp critic
     grasp_penalty: float = 0.02
@@ -290,6 +291,12 @@ class SACAgent(nn.Module):
                     error = error * (q_demo >= q_pi).float()
             bc_loss = error.mean()
             loss = loss / q_scale + c.bc_weight * bc_loss  # TD3+BC-style balance of the two terms
+        if c.residual_penalty > 0 and self.base is not None:
+            # keep the deterministic policy near the cloned base unless Q says clearly otherwise
+            base = torch.tanh(self.base(feat)).detach()
+            deviation = ((mean - base) ** 2).sum(-1).mean()
+            loss = (loss if c.bc_weight > 0 else loss / q_scale) + c.residual_penalty * deviation
+            bc_loss = bc_loss + deviation.detach()
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()

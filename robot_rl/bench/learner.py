@@ -38,9 +38,9 @@ PIXEL_STATE_DIM = 20
 
 # Per-mode settings; module-level so tests can shrink them.
 QUICK = {"budget_s": 2.5, "rounds": 2, "warmup": 2, "min_calls": 2, "latency_calls": 200,
-         "online_episodes": 100, "demo_episodes": 50, "batches": 4}
+         "online_episodes": 100, "demo_episodes": 50, "batches": 4, "profile_calls": 3}
 FULL = {"budget_s": 10.0, "rounds": 4, "warmup": 5, "min_calls": 3, "latency_calls": 500,
-        "online_episodes": 200, "demo_episodes": 100, "batches": 8}
+        "online_episodes": 200, "demo_episodes": 100, "batches": 8, "profile_calls": 10}
 LATENCY_WARMUP = 20
 
 
@@ -141,6 +141,23 @@ def measure_updates(timers: list[UpdateTimer], budget_s: float, rounds: int, min
     return [timer.rate for timer in timers]
 
 
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def gemm_share(agent: SACAgent, batches: list[dict], calls: int) -> float:
+    """Fraction of ``agent.update`` CPU time spent inside matrix multiplies (torch profiler).
+    1 / share bounds what any re-arrangement of the same float32 FLOPs could gain."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(calls):
+            agent.update(batches[i % len(batches)])
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    gemm = sum(e.self_cpu_time_total for e in events if e.key in GEMM_OPS)
+    return gemm / total
+
+
 def act_latency_ms(agent: SACAgent, obs: dict, calls: int) -> tuple[float, float]:
     """(p50, p99) of ``agent.act(obs)`` wall time per call, in milliseconds."""
     for _ in range(LATENCY_WARMUP):
@@ -201,6 +218,10 @@ def _run(s: dict, log) -> dict:
     figures["naive_updates_per_s_state_e10"] = round(naive, 2)
     figures["ensemble_speedup_e10"] = round(batched / naive, 3)
     log(f"state e10: {batched:.1f} updates/s batched, {naive:.1f} naive loop ({batched / naive:.2f}x)")
+    share = gemm_share(naive_e10, batches, s["profile_calls"])
+    figures["naive_e10_gemm_share"] = round(share, 3)
+    figures["ensemble_speedup_ceiling_e10"] = round(1 / share, 2)
+    log(f"naive e10: {share:.0%} of its update time is GEMM; same-FLOP ceiling {1 / share:.2f}x")
     state_obs = random_obs(spec, np.random.default_rng(1))
     p50, p99 = act_latency_ms(agent_e2, state_obs, s["latency_calls"])
     figures["actor_latency_ms_p50_state"], figures["actor_latency_ms_p99_state"] = round(p50, 4), round(p99, 4)
@@ -240,6 +261,9 @@ def _run(s: dict, log) -> dict:
         "weights) and the critic optimizer rebuilt over critic + encoder params as in SACAgent.__init__",
         f"act latency: time.perf_counter per agent.act(obs) call on one observation, {LATENCY_WARMUP} warm-up "
         f"calls then {s['latency_calls']} timed; stochastic action plus grasp head",
+        "naive_e10_gemm_share: share of the naive e10 update's profiled CPU time in mm/addmm/bmm/baddbmm; "
+        "a batched ensemble does the same float32 GEMM FLOPs, so 1/share (ensemble_speedup_ceiling_e10) bounds "
+        "its speedup on this CPU even with zero overhead (batch 256 x 256 hidden is compute-bound on one core)",
         f"replay bytes: pixel ReplayBuffer.bytes_per_transition() after {EPISODE_LEN}-step episodes "
         "(obs and next_obs share slots: L+1 slots per L transitions) over the nbytes of one observation dict",
     ]

@@ -132,7 +132,8 @@ class Learner:
             self.agent.fit_normalizer(self.replay.online.sample(min(5000, len(self.replay.online)))["obs"]["state"])
             self.normalizer_fitted = True
         step = self.online_updates
-        self._check_all(self.agent.update(self._sample(), update_actor=step % self.train["critic_actor_ratio"] == 0))
+        actor_turn = step % self.train["critic_actor_ratio"] == 0 and self.online_received >= self.train.get("actor_delay", 0)
+        self._check_all(self.agent.update(self._sample(), update_actor=actor_turn))
         self.online_updates += 1
         if self.online_updates % self.train["weights_every"] == 0:
             self.publish_weights()
