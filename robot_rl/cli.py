@@ -71,7 +71,9 @@ def _train_config(args):
         agent["freeze_backbone"] = True
     if args.num_critics:
         agent["num_critics"] = args.num_critics
-    cfg = TrainConfig(task=args.task, backend=args.backend, obs=args.obs, demos=args.demos, env_steps=args.steps,
+    demos, demo_store = (int(args.demos), None) if str(args.demos).isdigit() else (0, args.demos)
+    cfg = TrainConfig(task=args.task, backend=args.backend, obs=args.obs, demos=demos, demo_store=demo_store,
+                      env_steps=args.steps,
                       seed=args.seed, utd=args.utd, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                       final_eval_episodes=args.final_eval_episodes, learner=args.learner, run_dir=args.run_dir,
                       image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent)
@@ -88,6 +90,36 @@ def _cmd_train(args) -> int:
     summary = train(_train_config(args), resume=args.resume)
     brief = {k: v for k, v in summary.items() if k != "evals"}
     print(json.dumps(brief))
+    return 0
+
+
+def _cmd_record(args) -> int:
+    from robot_rl.data.record import record_expert
+    from robot_rl.sim import get_task
+
+    get_task(args.task)
+    summary = record_expert(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise, seed=args.seed,
+                            images=args.images, image_size=(args.image_size, args.image_size),
+                            keep_failures=not args.successful_only, image_codec=args.image_codec)
+    print(json.dumps(summary))
+    return 0
+
+
+def _cmd_data(args) -> int:
+    from robot_rl.data import tools
+
+    command = args.data_command
+    if command == "info":
+        result = tools.info(args.store)
+    elif command == "view":
+        result = tools.export_video(args.store, args.out or f"{str(args.store).rstrip('/')}.view.gif", args.episodes)
+    elif command == "export-video":
+        result = tools.export_video(args.store, args.out, args.episodes, args.fps)
+    elif command == "merge":
+        result = tools.merge(args.out, args.inputs)
+    else:
+        result = tools.split(args.store, args.out, args.episodes)
+    print(json.dumps(result))
     return 0
 
 
@@ -122,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--task", default="PickCube")
     tr.add_argument("--backend", default="mujoco")
     tr.add_argument("--obs", default="state", choices=["state", "pixels"])
-    tr.add_argument("--demos", type=int, default=10, help="scripted demonstrations to start from")
+    tr.add_argument("--demos", default="10",
+                    help="a number of scripted demonstrations to record first, or an episode store (path.zarr)")
     tr.add_argument("--steps", type=int, default=20_000, help="environment steps")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--utd", type=float, default=2.0, help="gradient updates per environment step")
@@ -140,6 +173,45 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", help="run folder or checkpoint to resume from")
     tr.add_argument("--no-progress", action="store_true")
     tr.set_defaults(func=_cmd_train)
+
+    rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store")
+    rec.add_argument("--task", default="PickCube")
+    rec.add_argument("--backend", default="mujoco")
+    rec.add_argument("--episodes", type=int, default=10)
+    rec.add_argument("--noise", type=float, default=0.1, help="expert action noise (higher: more failed takes)")
+    rec.add_argument("--successful-only", action="store_true", help="keep only successful takes")
+    rec.add_argument("--images", action="store_true", help="record the cameras too")
+    rec.add_argument("--image-size", type=int, default=128)
+    rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
+    rec.set_defaults(func=_cmd_record)
+
+    data = sub.add_parser("data", help="episode stores: info, view, merge, split, export-video").add_subparsers(
+        dest="data_command", required=True)
+    d_info = data.add_parser("info", help="episodes, lengths, success rate, intervention share")
+    d_info.add_argument("store")
+    d_info.set_defaults(func=_cmd_data)
+    d_view = data.add_parser("view", help="a GIF of chosen episodes with reward/intervention overlay")
+    d_view.add_argument("store")
+    d_view.add_argument("--episodes", help="e.g. 0,3,5-9 (default: all)")
+    d_view.add_argument("--out", help="default: <store>.view.gif")
+    d_view.set_defaults(func=_cmd_data)
+    d_video = data.add_parser("export-video", help="an MP4 (or GIF) of chosen episodes with the overlay")
+    d_video.add_argument("store")
+    d_video.add_argument("--out", required=True, help="file ending in .mp4 or .gif")
+    d_video.add_argument("--episodes", help="e.g. 0,3,5-9 (default: all)")
+    d_video.add_argument("--fps", type=float, help="default: the store's control rate")
+    d_video.set_defaults(func=_cmd_data)
+    d_merge = data.add_parser("merge", help="episodes of several stores into a new one")
+    d_merge.add_argument("inputs", nargs="+")
+    d_merge.add_argument("--out", required=True)
+    d_merge.set_defaults(func=_cmd_data)
+    d_split = data.add_parser("split", help="chosen episodes into a new store")
+    d_split.add_argument("store")
+    d_split.add_argument("--episodes", required=True, help="e.g. 0,3,5-9")
+    d_split.add_argument("--out", required=True)
+    d_split.set_defaults(func=_cmd_data)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
     ev.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (its latest checkpoint)")

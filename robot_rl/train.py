@@ -39,7 +39,8 @@ class TrainConfig:
     obs: str = "state"  # "state" (robot state + object poses) or "pixels" (cameras + robot state)
     image_size: tuple[int, int] = (64, 64)
     cameras: tuple[str, ...] = ("front", "wrist")
-    demos: int = 10
+    demos: int = 10  # scripted demonstrations to record in memory first (ignored with demo_store)
+    demo_store: str | None = None  # an episode store (robot-rl record / teleop) to take the demos from
     demo_noise: float = 0.1
     env_steps: int = 20_000
     seed: int = 0
@@ -73,12 +74,18 @@ class TrainConfig:
     residual_penalty: float = 0.1  # holds the policy near the base unless Q clearly says otherwise
     agent: dict = field(default_factory=dict)  # SACConfig overrides
 
+    @property
+    def has_demos(self) -> bool:
+        return self.demo_store is not None or self.demos > 0
+
     def validate(self) -> None:
         if self.learner not in ("process", "inline"):
             raise ValueError(f"learner must be 'process' or 'inline', got {self.learner!r}")
         for name in ("env_steps", "batch_size", "eval_every", "checkpoint_every", "weights_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.demo_store is not None and not Path(self.demo_store).exists():
+            raise FileNotFoundError(f"demo store {self.demo_store}: no such path")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
         SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
@@ -88,8 +95,8 @@ def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
     spec = obs_spec(env.observation_space)
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
                 grasp_critic=env.unwrapped.task.uses_gripper,
-                residual_scale=cfg.residual_scale if cfg.residual and cfg.demos > 0 else 0.0,
-                residual_penalty=cfg.residual_penalty if cfg.residual and cfg.demos > 0 else 0.0)
+                residual_scale=cfg.residual_scale if cfg.residual and cfg.has_demos else 0.0,
+                residual_penalty=cfg.residual_penalty if cfg.residual and cfg.has_demos else 0.0)
     return SACConfig.from_dict({**base, **cfg.agent})
 
 
@@ -172,7 +179,7 @@ class Actor:
     def wait_for_learner(self, online_sent: int) -> None:
         """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
         cfg = self.cfg
-        starts = cfg.learning_starts or (cfg.random_steps if cfg.demos == 0 else 0)  # as the learner
+        starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
         if not cfg.sync or online_sent < max(starts, 1):
             return
         owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
@@ -235,8 +242,14 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
     summary: dict = {}
     try:
         if not resume_from:
-            if cfg.demos:
-                send_demo = lambda *tr: link.send("demo", transition_arrays(*tr))  # noqa: E731
+            send_demo = lambda *tr: link.send("demo", transition_arrays(*tr))  # noqa: E731
+            if cfg.demo_store:
+                from robot_rl.data.demos import load_demos
+
+                info = load_demos(cfg.demo_store, env, cfg.task, send_demo)
+                actor_state["demo_steps"] = info["steps"]
+                log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
+            elif cfg.demos:
                 info = collect_demos(env, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed, noise=cfg.demo_noise)
                 actor_state["demo_steps"] = info["steps"]
                 log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
@@ -246,7 +259,7 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
         if not resume_from:
             record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, cfg.eval_episodes, seed=2_000_000), step, logger, log)
         obs, _ = env.reset(seed=cfg.seed + step)
-        random_until = cfg.random_steps if cfg.demos == 0 else 0
+        random_until = 0 if cfg.has_demos else cfg.random_steps
         while step < cfg.env_steps:
             actor.poll()
             actor.wait_for_learner(step)

@@ -44,3 +44,20 @@ def test_learner_bench_quick_gives_every_figure(monkeypatch):
     assert figures["replay_bytes_ratio"] > 1.0  # L+1 slots for L transitions, plus action/flags
     assert 0 < figures["naive_e10_gemm_share"] < 1
     assert figures["notes"]
+
+
+DATA_KEYS = ("write_frames_per_s", "read_frames_per_s", "compression_ratio", "lossy_write_frames_per_s",
+             "lossy_compression_ratio", "lossy_read_frames_per_s", "bytes_per_frame", "raw_bytes_per_frame")
+
+
+def test_data_bench_quick_gives_every_figure(monkeypatch):
+    from robot_rl.bench import data as data_bench
+
+    monkeypatch.setattr(data_bench, "QUICK", {"source_episodes": 1, "episodes": 3, "episode_len": 6,
+                                              "candidate_episodes": 2})
+    figures = data_bench.run(quick=True, log=lambda msg: None)
+    for key in DATA_KEYS:
+        assert isinstance(figures[key], float) and figures[key] > 0, key
+    assert figures["compression_ratio"] > 1 and figures["lossy_compression_ratio"] > figures["compression_ratio"]
+    assert figures["load_3_episodes_s"] > 0
+    assert all(c["write_frames_per_s"] > 0 for c in figures["candidates"].values())

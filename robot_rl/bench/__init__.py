@@ -5,7 +5,12 @@ from __future__ import annotations
 import importlib
 
 # name -> module with a ``run(quick: bool, log) -> dict`` function
-BENCHMARKS = {"sim": "robot_rl.bench.sim", "learner": "robot_rl.bench.learner", "learning": "robot_rl.bench.learning"}
+BENCHMARKS = {
+    "data": "robot_rl.bench.data",
+    "learner": "robot_rl.bench.learner",
+    "learning": "robot_rl.bench.learning",
+    "sim": "robot_rl.bench.sim",
+}
 
 
 class UnknownBenchmarkError(KeyError):

@@ -1,0 +1,161 @@
+"""``robot-rl bench data``: episode-store write/read speed and size, and demo loading time.
+
+Frames are real sim frames (PickCube, front + wrist cameras at 128x128, scripted expert),
+rendered once and then cycled, so compression sees what a recording sees. One core: Zarr's
+codec threads are limited to one worker for the duration. Figures:
+
+* ``write_frames_per_s`` / ``read_frames_per_s``: frames (2 images + state + action + flags)
+  per second through ``EpisodeStore.add_episode`` / ``get_episode``, lossless default codec;
+* ``compression_ratio``: raw bytes / bytes on disk (lossless); ``lossy_*`` the same with JPEG;
+* ``candidates``: the image codecs we chose among, each with write speed and ratio;
+* ``load_100_episodes_s``: a 100-episode store into the learner's demo buffer (pixels obs).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec
+
+from robot_rl.data.demos import load_demos
+from robot_rl.data.recorder import flatten_observation, store_fields
+from robot_rl.data.store import EpisodeStore
+
+IMAGE_SIZE = (128, 128)
+CAMERAS = ("front", "wrist")
+FULL = {"source_episodes": 3, "episodes": 100, "episode_len": 20, "candidate_episodes": 20}
+QUICK = {"source_episodes": 1, "episodes": 10, "episode_len": 10, "candidate_episodes": 4}
+
+
+def source_frames(episodes: int) -> tuple[list[dict], object]:
+    """Contract observations and actions of real expert episodes, with both cameras."""
+    from robot_rl.sim import make
+    from robot_rl.sim.experts import make_expert
+
+    env = make("PickCube", images=True, image_size=IMAGE_SIZE, cameras=CAMERAS)
+    expert = make_expert("PickCube", noise=0.1, seed=0)
+    frames = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=i)
+        expert.reset()
+        while True:
+            action = expert(obs)
+            frames.append({**flatten_observation(obs), "action": np.asarray(action, np.float32)})
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                break
+    return frames, env
+
+
+def make_episode(frames: list[dict], start: int, length: int, fields: dict) -> dict:
+    chosen = [frames[(start + t) % len(frames)] for t in range(length)]
+    episode = {k: np.stack([f[k] for f in chosen]).astype(fields[k][1]) for k in fields}
+    episode.update(reward=np.zeros(length, np.float32), terminated=np.arange(length) == length - 2,
+                   truncated=np.zeros(length, bool), is_intervention=np.zeros(length, bool),
+                   success=np.arange(length) == length - 1, has_action=np.arange(length) < length - 1,
+                   timestamp=np.arange(length) * 0.1)
+    return episode
+
+
+def write_store(path: Path, episodes: list[dict], fields: dict, cameras: dict, images: str) -> tuple[EpisodeStore, float]:
+    store = EpisodeStore.create(path, fields, task="PickCube", robot="panda", control_hz=10, cameras=cameras,
+                                images=images)
+    t0 = time.perf_counter()
+    for episode in episodes:
+        store.add_episode(episode)
+    return store, time.perf_counter() - t0
+
+
+def read_seconds(path: Path) -> float:
+    store = EpisodeStore.open(path)
+    t0 = time.perf_counter()
+    for i in range(len(store)):
+        store.get_episode(i)
+    return time.perf_counter() - t0
+
+
+def candidate(path: Path, episodes: list[dict], codec, shard: int | None = None) -> dict:
+    """Write only the image arrays with one codec (optionally ``shard`` frames per file):
+    frames/s and compression ratio."""
+    root = zarr.open_group(str(path), mode="w")
+    frames = sum(len(e["front"]) for e in episodes)
+    shards = (shard, *IMAGE_SIZE, 3) if shard else None
+    arrays = {cam: root.create_array(cam, shape=(0, *IMAGE_SIZE, 3), chunks=(1, *IMAGE_SIZE, 3), shards=shards,
+                                     dtype=np.uint8, compressors=codec) for cam in CAMERAS}
+    t0 = time.perf_counter()
+    n = 0
+    for e in episodes:
+        for cam, array in arrays.items():
+            array.resize((n + len(e[cam]), *IMAGE_SIZE, 3))
+            array[n:] = e[cam]
+        n += len(e["front"])
+    seconds = time.perf_counter() - t0
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return {"write_frames_per_s": round(frames / seconds, 1),
+            "compression_ratio": round(float(frames * len(CAMERAS) * np.prod(IMAGE_SIZE) * 3 / disk), 2)}
+
+
+def run(quick: bool = False, log=print) -> dict:
+    p = QUICK if quick else FULL
+    with zarr.config.set({"threading.max_workers": 1}):
+        return _run(p, log)
+
+
+def _run(p: dict, log) -> dict:
+    frames, env = source_frames(p["source_episodes"])
+    fields, cameras = store_fields(env.observation_space, env.action_space.shape[0])
+    env.close()
+    episodes = [make_episode(frames, 7 * i, p["episode_len"], fields) for i in range(p["episodes"])]
+    n_frames = sum(len(e["action"]) for e in episodes)
+    log(f"{len(frames)} real frames cycled into {len(episodes)} episodes, {n_frames} frames")
+    figures: dict = {"frames": n_frames, "cameras": list(CAMERAS), "image_size": list(IMAGE_SIZE)}
+    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
+        tmp = Path(tmp)
+        store, seconds = write_store(tmp / "lossless.zarr", episodes, fields, cameras, "lossless")
+        figures["write_frames_per_s"] = round(n_frames / seconds, 1)
+        figures["compression_ratio"] = round(store.nbytes_raw() / store.nbytes_stored(), 2)
+        figures["bytes_per_frame"] = round(store.nbytes_stored() / n_frames, 1)
+        figures["raw_bytes_per_frame"] = round(store.nbytes_raw() / n_frames, 1)
+        figures["read_frames_per_s"] = round(n_frames / read_seconds(tmp / "lossless.zarr"), 1)
+        log(f"lossless: write {figures['write_frames_per_s']} frames/s, read {figures['read_frames_per_s']} "
+            f"frames/s, ratio {figures['compression_ratio']}")
+        lossy, seconds = write_store(tmp / "jpeg.zarr", episodes, fields, cameras, "jpeg")
+        figures["lossy_write_frames_per_s"] = round(n_frames / seconds, 1)
+        figures["lossy_compression_ratio"] = round(lossy.nbytes_raw() / lossy.nbytes_stored(), 2)
+        figures["lossy_read_frames_per_s"] = round(n_frames / read_seconds(tmp / "jpeg.zarr"), 1)
+        got = EpisodeStore.open(tmp / "jpeg.zarr").get_episode(0, ["front"])["front"].astype(np.int16)
+        figures["lossy_mean_abs_error"] = round(float(np.abs(got - episodes[0]["front"]).mean()), 3)
+        log(f"jpeg: write {figures['lossy_write_frames_per_s']} frames/s, ratio {figures['lossy_compression_ratio']}, "
+            f"mean abs error {figures['lossy_mean_abs_error']} (0-255)")
+        from robot_rl.envs import make_env, obs_spec
+        from robot_rl.replay.buffer import ReplayBuffer
+
+        flat_env = make_env("PickCube", obs="pixels", image_size=IMAGE_SIZE, cameras=CAMERAS)
+        buffer = ReplayBuffer(n_frames + 10, obs_spec(flat_env.observation_space), 7)
+        t0 = time.perf_counter()
+        loaded = load_demos(tmp / "lossless.zarr", flat_env, "PickCube", buffer.add)
+        figures["load_100_episodes_s" if p["episodes"] == 100 else f"load_{p['episodes']}_episodes_s"] = round(
+            time.perf_counter() - t0, 3)
+        flat_env.close()
+        log(f"loaded {loaded['episodes']} episodes ({loaded['steps']} transitions) into a demo buffer")
+        cands = {
+            "blosc_zstd1_shuffle": [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")],
+            "blosc_lz4_shuffle": [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")],
+            "blosc_zstd3_noshuffle": [BloscCodec(cname="zstd", clevel=3, shuffle="noshuffle")],
+            "blosc_zstd5_shuffle": [BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")],
+        }
+        subset = episodes[: p["candidate_episodes"]]
+        figures["candidates"] = {name: candidate(tmp / name, subset, codec) for name, codec in cands.items()}
+        figures["candidates"]["blosc_zstd1_shuffle_shard64"] = candidate(
+            tmp / "sharded", subset, cands["blosc_zstd1_shuffle"], shard=64)
+        log(f"image codec candidates: {figures['candidates']}")
+    figures["notes"] = [
+        "one process, zarr threading.max_workers=1; frames = both 128x128 cameras + state + action + flags",
+        "lossless default: Blosc zstd level 1 with byte shuffle, one chunk per frame and camera",
+        "real 10 Hz recording needs 10 frames/s per episode stream: write_frames_per_s / 10 is the real-time factor",
+    ]
+    return figures

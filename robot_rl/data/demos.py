@@ -1,0 +1,44 @@
+"""Demonstrations from an episode store into the learner's demo buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from robot_rl.data.recorder import PRIVILEGED_PREFIX, transitions
+from robot_rl.data.store import EpisodeStore, StoreError
+
+
+def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
+    """The store must hold what the env's flat observations are made of, at the same sizes."""
+    if store.attrs.get("task") != task:
+        raise StoreError(f"{store.path} holds {store.attrs.get('task')!r} episodes, not {task!r}")
+    for cam in env.cameras:
+        want = tuple(env.observation_space[cam].shape[:2])
+        have = store.cameras.get(cam)
+        if have is None:
+            raise StoreError(f"{store.path} has no {cam!r} camera; it has {sorted(store.cameras)}")
+        if tuple(have) != want:
+            raise StoreError(f"camera {cam!r} is {have[0]}x{have[1]} in {store.path} but {want[0]}x{want[1]} in the "
+                             f"env; train with --image-size {have[0]} or record at {want[0]}")
+    missing = [k for k in env.privileged_keys if PRIVILEGED_PREFIX + k not in store.fields]
+    if missing:
+        raise StoreError(f"{store.path} lacks the object poses {missing} that obs='state' needs; use obs='pixels'")
+    action_dim = env.action_space.shape[0]
+    if store.fields["action"][0] != (action_dim,):
+        raise StoreError(f"{store.path} holds actions of shape {store.fields['action'][0]}, the env takes ({action_dim},)")
+
+
+def load_demos(path: str | Path, env, task: str, add: Callable) -> dict:
+    """Every transition of every episode in the store -> ``add(obs, action, reward, next_obs,
+    terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them."""
+    store = EpisodeStore.open(path)
+    if not len(store):
+        raise StoreError(f"{path} holds no complete episode")
+    check_store_fits_env(store, env, task)
+    steps = 0
+    for i in range(len(store)):
+        for obs, action, reward, next_obs, terminated, truncated, _ in transitions(store, i):
+            add(env.observation(obs), action, reward, env.observation(next_obs), terminated, truncated)
+            steps += 1
+    return {"episodes": len(store), "steps": steps}

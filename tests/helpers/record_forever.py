@@ -1,0 +1,52 @@
+"""Test helper: append synthetic episodes to a store until killed, reporting each commit.
+
+usage: python record_forever.py STORE   (creates the store if needed, else appends)
+Episode i is ``synthetic_episode(i)``, so a reader can check any committed episode bit for bit.
+"""
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from robot_rl.data.store import EpisodeStore
+
+FIELDS = {"state": ((20,), np.float32), "action": ((7,), np.float32), "front": ((48, 48, 3), np.uint8),
+          "wrist": ((48, 48, 3), np.uint8)}
+CAMERAS = {"front": (48, 48), "wrist": (48, 48)}
+
+
+def synthetic_episode(index: int) -> dict:
+    rng = np.random.default_rng(index)
+    n = int(rng.integers(5, 40))
+    return {
+        "state": rng.normal(size=(n, 20)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
+        "front": rng.integers(0, 256, (n, 48, 48, 3), dtype=np.uint8),
+        "wrist": np.broadcast_to(np.arange(48, dtype=np.uint8)[None, :, None, None] + index % 7, (n, 48, 48, 3)).copy(),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "terminated": rng.random(n) < 0.3,
+        "truncated": rng.random(n) < 0.3,
+        "is_intervention": rng.random(n) < 0.3,
+        "success": rng.random(n) < 0.3,
+        "has_action": np.arange(n) < n - 1,
+        "timestamp": np.arange(n) * 0.1,
+    }
+
+
+def main(path: str) -> None:
+    if Path(path).exists():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a cut-off episode from the last kill is expected
+            store = EpisodeStore.open(path, mode="a")
+    else:
+        store = EpisodeStore.create(path, FIELDS, task="PickCube", robot="panda", control_hz=10, cameras=CAMERAS)
+    print("ready", len(store), flush=True)
+    while True:
+        index = store.add_episode(synthetic_episode(len(store)))
+        print("committed", index, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,342 @@
+"""The episode store: round trips, crash safety, demo loading, and every user-facing error."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import zarr
+
+from robot_rl.cli import main
+from robot_rl.data.demos import load_demos
+from robot_rl.data.record import record_expert
+from robot_rl.data.recorder import EpisodeRecorder, transitions
+from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
+from robot_rl.envs import make_env
+from robot_rl.rollout import collect_demos
+
+FIELDS = {"state": ((5,), np.float32), "action": ((7,), np.float32), "front": ((16, 20, 3), np.uint8),
+          "privileged_cube": ((7,), np.float32)}
+CAMERAS = {"front": (16, 20)}
+
+
+def synthetic_episode(seed: int, frames: int | None = None) -> dict:
+    rng = np.random.default_rng(seed)
+    n = frames or int(rng.integers(3, 12))
+    episode = {
+        "state": rng.normal(size=(n, 5)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
+        "front": rng.integers(0, 256, (n, 16, 20, 3), dtype=np.uint8),
+        "privileged_cube": rng.normal(size=(n, 7)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "terminated": rng.random(n) < 0.5,
+        "truncated": rng.random(n) < 0.5,
+        "is_intervention": rng.random(n) < 0.5,
+        "success": rng.random(n) < 0.5,
+        "has_action": np.arange(n) < n - 1,
+        "timestamp": np.cumsum(rng.random(n)),
+    }
+    return episode
+
+
+def new_store(path, images="lossless") -> EpisodeStore:
+    return EpisodeStore.create(path, FIELDS, task="PickCube", robot="panda", control_hz=10, cameras=CAMERAS,
+                               images=images)
+
+
+def assert_episode_equal(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype, key
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_every_field_and_dtype_round_trips(tmp_path):
+    store = new_store(tmp_path / "s.zarr")
+    episodes = [synthetic_episode(i) for i in range(4)]
+    assert [store.add_episode(e) for e in episodes] == [0, 1, 2, 3]
+    again = EpisodeStore.open(tmp_path / "s.zarr")
+    assert len(again) == again.n_episodes == 4
+    assert list(again.episode_lengths) == [len(e["action"]) for e in episodes]
+    for got, want in zip(again, episodes):
+        assert_episode_equal(got, want)
+    assert_episode_equal(again[-1], episodes[-1])
+    start, stop = again.episode_range(2)
+    part = again.read(start + 1, stop, ["front"])  # a slice, one field, without loading the rest
+    np.testing.assert_array_equal(part["front"], episodes[2]["front"][1:])
+    assert again.attrs["task"] == "PickCube" and again.cameras == CAMERAS and again.attrs["control_hz"] == 10
+    # the layout other tools read: data/<key> time-first, meta/episode_ends
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    assert list(root["meta/episode_ends"][:]) == list(np.cumsum([len(e["action"]) for e in episodes]))
+    assert root["data/front"].shape[1:] == (16, 20, 3)
+
+
+def test_jpeg_images_are_close_and_smaller(tmp_path):
+    smooth = synthetic_episode(0, frames=4)
+    yy, xx = np.mgrid[0:16, 0:20]
+    smooth["front"] = np.stack([np.stack([xx * 10, yy * 12, (xx + yy) * 6], -1).astype(np.uint8)] * 4)
+    lossy = new_store(tmp_path / "jpeg.zarr", images="jpeg")
+    lossy.add_episode(smooth)
+    got = EpisodeStore.open(tmp_path / "jpeg.zarr")[0]
+    assert np.abs(got["front"].astype(int) - smooth["front"]).mean() < 4
+    np.testing.assert_array_equal(got["state"], smooth["state"])  # only images are lossy
+
+
+def test_a_commit_that_never_happened_is_dropped_with_a_warning(tmp_path):
+    store = new_store(tmp_path / "s.zarr")
+    first = synthetic_episode(1)
+    store.add_episode(first)
+    # a writer killed after writing the frames of episode 2 but before its index entry
+    partial = synthetic_episode(2)
+    for key, array in store.data.arrays():
+        n = array.shape[0]
+        array.resize((n + 5, *array.shape[1:]))
+        array[n:] = partial[key][:5] if len(partial[key]) >= 5 else np.resize(partial[key], (5, *array.shape[1:]))
+    reader = EpisodeStore.open(tmp_path / "s.zarr")
+    assert len(reader) == 1
+    with pytest.warns(UserWarning, match="not completed"):
+        writer = EpisodeStore.open(tmp_path / "s.zarr", mode="a")
+    assert writer.add_episode(synthetic_episode(3)) == 1
+    final = EpisodeStore.open(tmp_path / "s.zarr")
+    assert_episode_equal(final[0], first)
+    assert_episode_equal(final[1], synthetic_episode(3))
+
+
+def test_an_index_entry_whose_value_was_never_written_is_dropped(tmp_path):
+    store = new_store(tmp_path / "s.zarr")
+    store.add_episode(synthetic_episode(1))
+    store._ends_array.resize((2,))  # killed between growing the index and writing the entry
+    assert len(EpisodeStore.open(tmp_path / "s.zarr")) == 1
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        writer = EpisodeStore.open(tmp_path / "s.zarr", mode="a")
+    assert writer.add_episode(synthetic_episode(2)) == 1
+    assert_episode_equal(EpisodeStore.open(tmp_path / "s.zarr")[1], synthetic_episode(2))
+
+
+def test_recorder_frames_hold_the_action_taken_there_and_the_final_observation(tmp_path):
+    store = EpisodeStore.create(tmp_path / "r.zarr", {"state": ((2,), np.float32), "action": ((7,), np.float32)},
+                                task="PickCube", robot="panda", control_hz=10)
+    clock = iter([0.0, 0.1, 0.2, 0.3]).__next__
+    rec = EpisodeRecorder(store, clock=clock)
+    rec.start({"state": np.array([0, 0], np.float32)})
+    rec.step(np.full(7, 0.5), {"state": np.array([1, 1], np.float32)}, 0.0, False, False)
+    rec.step(np.full(7, -0.5), {"state": np.array([2, 2], np.float32)}, 1.0, True, False, success=True,
+             is_intervention=True)
+    assert rec.finish() == 0
+    ep = store[0]
+    assert ep["state"][:, 0].tolist() == [0, 1, 2]
+    assert ep["has_action"].tolist() == [True, True, False]
+    assert ep["action"][2].tolist() == [0.0] * 7
+    assert ep["reward"].tolist() == [0.0, 1.0, 0.0] and ep["terminated"].tolist() == [False, True, False]
+    assert ep["success"].tolist() == [False, False, True] and ep["is_intervention"].tolist() == [False, True, False]
+    np.testing.assert_allclose(ep["timestamp"], [0.0, 0.1, 0.2])
+    steps = list(transitions(store, 0))
+    assert len(steps) == 2 and steps[1][3]["state"].tolist() == [2, 2] and steps[1][4] is True
+    with pytest.raises(StoreError, match="start"):
+        rec.step(np.zeros(7), {"state": np.zeros(2, np.float32)}, 0, False, False)
+    rec.start({"state": np.zeros(2, np.float32)})
+    with pytest.raises(StoreError, match="at least one step"):
+        rec.finish()
+
+
+def test_recorded_store_gives_the_learner_exactly_the_in_memory_demos(tmp_path):
+    """Same expert, same seeds: the store-loaded transitions are bit-identical to those
+    collected in memory, so a store trains the learner exactly as in-memory demos do."""
+    record_expert(tmp_path / "d.zarr", "PegInsert", 3, noise=0.1, seed=10_000, keep_failures=False)
+    env = make_env("PegInsert")
+    from_store, in_memory = [], []
+    load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
+    collect_demos(env, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000, noise=0.1)
+    assert len(from_store) == len(in_memory) > 0
+    for a, b in zip(from_store, in_memory):
+        for key in a[0]:
+            np.testing.assert_array_equal(a[0][key], b[0][key])
+            np.testing.assert_array_equal(a[3][key], b[3][key])
+        np.testing.assert_array_equal(a[1], np.asarray(b[1], np.float32))
+        assert (a[2], a[4], a[5]) == (b[2], b[4], b[5])
+
+
+# ---------------------------------------------------------------------------------- errors
+def test_opening_something_that_is_not_a_store(tmp_path):
+    with pytest.raises(StoreError, match="not an episode store"):
+        EpisodeStore.open(tmp_path)
+    zarr.open_group(str(tmp_path / "other.zarr"), mode="w").attrs["x"] = 1
+    with pytest.raises(StoreError, match="not a robot_rl episode store"):
+        EpisodeStore.open(tmp_path / "other.zarr")
+
+
+def test_a_schema_version_we_cannot_read(tmp_path):
+    new_store(tmp_path / "s.zarr")
+    zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["schema_version"] = 99
+    with pytest.raises(StoreError, match="schema version 99"):
+        EpisodeStore.open(tmp_path / "s.zarr")
+
+
+def test_missing_keys(tmp_path):
+    new_store(tmp_path / "s.zarr")
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="r+")
+    del root["data/reward"]
+    with pytest.raises(StoreError, match="missing 'data/reward'"):
+        EpisodeStore.open(tmp_path / "s.zarr")
+    store = new_store(tmp_path / "t.zarr")
+    episode = synthetic_episode(0)
+    del episode["success"]
+    with pytest.raises(StoreError, match=r"missing fields \['success'\]"):
+        store.add_episode(episode)
+    with pytest.raises(StoreError, match="no field"):
+        store.read(0, 1, ["depth"])
+
+
+def test_an_episode_index_past_the_end(tmp_path):
+    store = new_store(tmp_path / "s.zarr")
+    store.add_episode(synthetic_episode(0))
+    with pytest.raises(StoreError, match="episode 1 is past the end: the store has 1 episodes"):
+        store.get_episode(1)
+
+
+def test_bad_episodes_and_modes(tmp_path):
+    store = new_store(tmp_path / "s.zarr")
+    episode = synthetic_episode(0)
+    episode["front"] = episode["front"][:, :8]
+    with pytest.raises(StoreError, match="shape"):
+        store.add_episode(episode)
+    with pytest.raises(StoreError, match="already exists"):
+        new_store(tmp_path / "s.zarr")
+    with pytest.raises(StoreError, match="read-only"):
+        EpisodeStore.open(tmp_path / "s.zarr").add_episode(synthetic_episode(1))
+    with pytest.raises(StoreError, match="mode"):
+        EpisodeStore.open(tmp_path / "s.zarr", mode="w")
+    with pytest.raises(StoreError, match="reserved"):
+        EpisodeStore.create(tmp_path / "u.zarr", {"action": ((7,), np.float32), "reward": ((), np.float32)},
+                            task="PickCube", robot="panda", control_hz=10)
+    assert set(FRAME_FIELDS) <= set(store.fields)
+
+
+def test_a_camera_size_mismatch_with_the_env(tmp_path):
+    record_expert(tmp_path / "px.zarr", "PickCube", 1, images=True, image_size=(32, 32), cameras=("front", "wrist"))
+    env = make_env("PickCube", obs="pixels", image_size=(24, 24))
+    with pytest.raises(StoreError, match="32x32 in .* but 24x24 in the env"):
+        load_demos(tmp_path / "px.zarr", env, "PickCube", lambda *t: None)
+    with pytest.raises(StoreError, match="holds 'PickCube' episodes, not 'PegInsert'"):
+        load_demos(tmp_path / "px.zarr", make_env("PegInsert"), "PegInsert", lambda *t: None)
+
+
+def test_record_cli_and_train_from_the_store(tmp_path, capsys):
+    out = tmp_path / "demos.zarr"
+    assert main(["record", "--task", "PegInsert", "--episodes", "2", "--out", str(out), "--successful-only"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
+    assert main(["train", "--task", "PegInsert", "--demos", str(out), "--steps", "20", "--eval-every", "20",
+                 "--eval-episodes", "2", "--final-eval-episodes", "2", "--learner", "inline", "--no-progress",
+                 "--run-dir", str(tmp_path / "run"), "--agent", "hidden=[32,32]"]) == 0
+    assert "loaded 2 demonstrations" in capsys.readouterr().out
+    assert main(["train", "--task", "PegInsert", "--demos", str(tmp_path / "nope.zarr"), "--steps", "5"]) == 2
+    assert "no such path" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- crash safety
+def test_sigkill_at_random_points_never_loses_a_completed_episode(tmp_path):
+    """A recording process is SIGKILLed at random moments, 25 times; after every kill each
+    episode it reported committed reads back bit-identical, and the next writer appends."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+    from record_forever import synthetic_episode
+
+    script = Path(__file__).parent / "helpers" / "record_forever.py"
+    path = tmp_path / "crash.zarr"
+    rng = random.Random(0)
+    committed = -1
+    kills_mid_episode = 0
+    for round_ in range(25):
+        proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        ready = threading.Event()
+
+        def pump(out=proc.stdout, lines=lines, ready=ready):
+            for line in out:
+                lines.append(line)
+                ready.set()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            assert ready.wait(60), "the recorder never started"
+            threading.Event().wait(rng.uniform(0.0, 0.4))  # a random point in the recording
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            reader.join(10)
+        reported = [int(line.split()[1]) for line in lines if line.startswith("committed")]
+        if reported:
+            committed = max(committed, *reported)
+        store = EpisodeStore.open(path)
+        assert len(store) >= committed + 1, (round_, len(store), committed)
+        for i in range(len(store)):
+            got = store.get_episode(i)
+            want = synthetic_episode(i)
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=f"round {round_} episode {i} {key}")
+        frames = store.data["action"].shape[0]
+        kills_mid_episode += frames > store.n_frames
+    assert committed >= 10, committed  # the writers really made progress between kills
+    assert kills_mid_episode >= 3, kills_mid_episode  # and kills landed inside an episode's writes
+
+
+# ------------------------------------------------------------------------------------ tools
+def test_data_tools_info_merge_split_and_video(tmp_path, capsys):
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    store_a, store_b = new_store(a), new_store(b)
+    eps = [synthetic_episode(i) for i in range(5)]
+    for e in eps[:3]:
+        store_a.add_episode(e)
+    for e in eps[3:]:
+        store_b.add_episode(e)
+    assert main(["data", "merge", str(a), str(b), "--out", str(tmp_path / "m.zarr")]) == 0
+    merged = EpisodeStore.open(tmp_path / "m.zarr")
+    assert len(merged) == 5
+    for i in range(5):
+        assert_episode_equal(merged[i], eps[i])
+    assert main(["data", "split", str(tmp_path / "m.zarr"), "--episodes", "0,3-4", "--out", str(tmp_path / "s.zarr")]) == 0
+    part = EpisodeStore.open(tmp_path / "s.zarr")
+    assert len(part) == 3
+    assert_episode_equal(part[1], eps[3])
+    capsys.readouterr()
+    assert main(["data", "info", str(tmp_path / "m.zarr")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    flags = [(e["success"].any(), e["is_intervention"][e["has_action"]]) for e in eps]
+    assert summary["episodes"] == 5 and summary["frames"] == sum(len(e["action"]) for e in eps)
+    assert summary["success_rate"] == pytest.approx(np.mean([s for s, _ in flags]))
+    assert summary["intervention_share"] == pytest.approx(np.concatenate([i for _, i in flags]).mean())
+    assert summary["cameras"] == {"front": [16, 20]}
+    assert main(["data", "export-video", str(a), "--out", str(tmp_path / "v.mp4"), "--episodes", "1"]) == 0
+    import imageio.v3 as iio
+
+    video = iio.imread(tmp_path / "v.mp4", plugin="pyav")
+    assert video.shape[0] == len(eps[1]["action"]) and video.shape[2] >= 20
+    assert main(["data", "view", str(a), "--episodes", "0"]) == 0
+    assert (tmp_path / "a.zarr.view.gif").is_file()
+
+
+def test_data_tool_errors(tmp_path, capsys):
+    a = tmp_path / "a.zarr"
+    new_store(a).add_episode(synthetic_episode(0))
+    assert main(["data", "split", str(a), "--episodes", "0,7", "--out", str(tmp_path / "x.zarr")]) == 2
+    assert "episode 7 is past the end" in capsys.readouterr().err
+    assert main(["data", "info", str(tmp_path)]) == 2
+    assert "not an episode store" in capsys.readouterr().err
+    assert main(["data", "export-video", str(a), "--out", str(tmp_path / "v.avi")]) == 2
+    assert ".mp4 or .gif" in capsys.readouterr().err
+    other = EpisodeStore.create(tmp_path / "o.zarr", {"action": ((7,), np.float32)}, task="PickCube", robot="panda",
+                                control_hz=10)
+    other.add_episode({k: synthetic_episode(1)[k] for k in ["action", *FRAME_FIELDS]})
+    assert main(["data", "merge", str(a), str(tmp_path / "o.zarr"), "--out", str(tmp_path / "m.zarr")]) == 2
+    assert "cannot merge" in capsys.readouterr().err
+    assert main(["data", "export-video", str(tmp_path / "o.zarr"), "--out", str(tmp_path / "v.mp4")]) == 2
+    assert "no cameras" in capsys.readouterr().err
