@@ -203,7 +203,7 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
     """Train on the sim twin; returns the summary (also written to <run>/summary.json)."""
     from robot_rl.runtime.logging import RunLogger
 
-    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": []}
+    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": cfg.demos}
     resume_from = None
     if resume:
         ckpt = resolve_checkpoint(Path(resume))
@@ -247,7 +247,7 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
                 from robot_rl.data.demos import load_demos
 
                 info = load_demos(cfg.demo_store, env, cfg.task, send_demo)
-                actor_state["demo_steps"] = info["steps"]
+                actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
                 log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
             elif cfg.demos:
                 info = collect_demos(env, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed, noise=cfg.demo_noise)
@@ -307,7 +307,7 @@ def steps_to(evals: list[dict], threshold: float) -> int | None:
 def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Actor, run_dir: Path) -> dict:
     evals = actor_state["evals"]
     return {
-        "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": cfg.demos,
+        "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
         "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
         "updates": actor.status.get("updates", 0),
         "final_success_rate": evals[-1]["success_rate"] if evals else None,

@@ -230,7 +230,9 @@ def test_record_cli_and_train_from_the_store(tmp_path, capsys):
     assert main(["train", "--task", "PegInsert", "--demos", str(out), "--steps", "20", "--eval-every", "20",
                  "--eval-episodes", "2", "--final-eval-episodes", "2", "--learner", "inline", "--no-progress",
                  "--run-dir", str(tmp_path / "run"), "--agent", "hidden=[32,32]"]) == 0
-    assert "loaded 2 demonstrations" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "loaded 2 demonstrations" in out
+    assert json.loads(out.strip().splitlines()[-1])["demos"] == 2
     assert main(["train", "--task", "PegInsert", "--demos", str(tmp_path / "nope.zarr"), "--steps", "5"]) == 2
     assert "no such path" in capsys.readouterr().err
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
 

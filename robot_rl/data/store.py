@@ -17,7 +17,7 @@ and an episode is committed by writing ``meta/episode_ends`` *after* all its fra
 writer killed at any moment leaves frames past the last end (dropped with a warning when
 the store is next opened for appending) and, at worst, an index entry whose value was never
 written (it reads as the fill value 0 and is dropped). Chunks shared with earlier episodes
-are rewritten whole, old or new, never half.
+(image shards, numeric chunks) are rewritten whole, old or new, never half.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ FRAME_FIELDS: dict[str, np.dtype] = {
     "has_action": np.dtype(bool),  # False on the final frame of each episode
     "timestamp": np.dtype(np.float64),  # seconds since the episode started
 }
+IMAGE_SHARD_FRAMES = 64  # frames per image file (one chunk per frame inside); chosen by `bench data`
 NUMERIC_CHUNK_FRAMES = 1024  # numeric arrays: an append rewrites at most two small chunks
 
 
@@ -100,14 +101,16 @@ class EpisodeStore:
         all_fields = {**{k: (tuple(s), np.dtype(d)) for k, (s, d) in fields.items()},
                       **{k: ((), d) for k, d in FRAME_FIELDS.items()}}
         for key, (shape, dtype) in all_fields.items():
+            shards = None
             if key in cameras:
-                chunks, compressors, serializer = (1, *shape), None, image_codec(images)
+                chunks, shards = (1, *shape), (IMAGE_SHARD_FRAMES, *shape)
+                compressors, serializer = None, image_codec(images)
                 if isinstance(serializer, list):
                     compressors, serializer = serializer, "auto"
             else:
                 chunks = (NUMERIC_CHUNK_FRAMES, *shape)
                 compressors, serializer = [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")], "auto"
-            data.create_array(key, shape=(0, *shape), chunks=chunks, dtype=dtype, fill_value=0,
+            data.create_array(key, shape=(0, *shape), chunks=chunks, shards=shards, dtype=dtype, fill_value=0,
                               compressors=compressors, serializer=serializer)
         meta = root.create_group("meta")
         meta.create_array("episode_ends", shape=(0,), chunks=(4096,), dtype=np.int64, fill_value=0,
