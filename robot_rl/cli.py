@@ -123,6 +123,22 @@ def _cmd_data(args) -> int:
     return 0
 
 
+def _cmd_classifier(args) -> int:
+    from robot_rl.reward.training import train_classifier
+
+    if args.pretrained and not Path(args.pretrained).is_file():
+        raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
+    if args.consecutive < 1:
+        raise ValueError("--consecutive must be >= 1")
+    report = train_classifier(args.data, args.out, cameras=tuple(args.cameras) if args.cameras else None,
+                              steps=args.steps, batch_size=args.batch_size, target_fpr=args.target_fpr,
+                              consecutive=args.consecutive, val_fraction=args.val_fraction, seed=args.seed,
+                              encoder=args.encoder, pretrained_path=args.pretrained,
+                              freeze_backbone=args.freeze_backbone)
+    print(json.dumps(report["validation"]))
+    return 0
+
+
 def _cmd_eval(args) -> int:
     from robot_rl.evaluate import evaluate_checkpoint
 
@@ -212,6 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
     d_split.add_argument("--episodes", required=True, help="e.g. 0,3,5-9")
     d_split.add_argument("--out", required=True)
     d_split.set_defaults(func=_cmd_data)
+
+    clf = sub.add_parser("classifier", help="the learned success classifier (the reward)").add_subparsers(
+        dest="classifier_command", required=True)
+    c_train = clf.add_parser("train", help="train on labelled frames of episode stores; calibrate; save")
+    c_train.add_argument("--data", action="append", required=True, help="an episode store with images (repeatable)")
+    c_train.add_argument("--out", required=True, help="folder for classifier.safetensors, report.json, confusion.png")
+    c_train.add_argument("--cameras", nargs="+", help="default: every camera of the store")
+    c_train.add_argument("--steps", type=int, default=1500)
+    c_train.add_argument("--batch-size", type=int, default=64)
+    c_train.add_argument("--target-fpr", type=float, default=0.01, help="false-positive rate the threshold is set for")
+    c_train.add_argument("--consecutive", type=int, default=1, help="positive frames in a row to call success")
+    c_train.add_argument("--val-fraction", type=float, default=0.25, help="share of episodes held out")
+    c_train.add_argument("--encoder", default="drq", choices=["drq", "resnet18"])
+    c_train.add_argument("--pretrained", help="local ResNet-18 weights (torchvision names)")
+    c_train.add_argument("--freeze-backbone", action="store_true")
+    c_train.add_argument("--seed", type=int, default=0)
+    c_train.set_defaults(func=_cmd_classifier)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
     ev.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (its latest checkpoint)")

@@ -1,0 +1,162 @@
+"""``robot-rl classifier train``: fit the success classifier on labelled frames of episode stores.
+
+Frames come from one or more stores, labelled by their per-frame ``success`` flag (sim: ground
+truth at recording time; hardware: the operator's success key). Validation holds out whole
+episodes, never frames of an episode that is also trained on (neighbouring frames are nearly
+identical, so a frame split would grade memory, not generalisation).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robot_rl.data.store import EpisodeStore
+from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
+                                        binary_metrics, save_classifier, threshold_for_fpr)
+
+
+def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None) -> dict:
+    """Every frame of every episode: images per camera, success labels, a global episode id."""
+    if not paths:
+        raise ClassifierError("classifier training needs at least one store (--data)")
+    images: dict[str, list[np.ndarray]] = {}
+    labels, episodes = [], []
+    size = None
+    next_episode = 0
+    for path in paths:
+        store = EpisodeStore.open(path)
+        cams = tuple(cameras) if cameras else tuple(store.cameras)
+        if not cams:
+            raise ClassifierError(f"{path} has no cameras; record with images (robot-rl record --images)")
+        missing = [c for c in cams if c not in store.cameras]
+        if missing:
+            raise ClassifierError(f"{path} has no camera {missing[0]!r}; it has {sorted(store.cameras)}")
+        sizes = {tuple(store.cameras[c]) for c in cams}
+        if size is None:
+            size = sizes.pop() if len(sizes) == 1 else None
+            if size is None:
+                raise ClassifierError(f"cameras {cams} of {path} have different sizes; choose cameras of one size")
+        if any(tuple(store.cameras[c]) != size for c in cams):
+            raise ClassifierError(f"{path} stores {cams} at {store.cameras[cams[0]]}, other stores at {list(size)}")
+        cameras = cams
+        for i in range(len(store)):
+            ep = store.get_episode(i, list(cams) + ["success"])
+            for c in cams:
+                images.setdefault(c, []).append(ep[c])
+            labels.append(ep["success"])
+            episodes.append(np.full(len(ep["success"]), next_episode))
+            next_episode += 1
+    if not labels:
+        raise ClassifierError("the stores hold no complete episode")
+    frames = {"images": {c: np.concatenate(v) for c, v in images.items()}, "labels": np.concatenate(labels),
+              "episodes": np.concatenate(episodes), "cameras": tuple(cameras), "image_size": tuple(size)}
+    positives = int(frames["labels"].sum())
+    if positives == 0:
+        raise ClassifierError("no positive (success) frames in the data: record successful episodes too")
+    if positives == len(frames["labels"]):
+        raise ClassifierError("no negative (failure) frames in the data: record failed takes too (e.g. more --noise)")
+    return frames
+
+
+def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks (train, val) over frames, holding out whole episodes; the held-out set
+    gets episodes with and without success whenever the data has both."""
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    rng = np.random.default_rng(seed)
+    ids = np.unique(episodes)
+    if len(ids) < 2:
+        raise ClassifierError("validation holds out whole episodes: record at least 2 episodes")
+    successful = np.array([labels[episodes == e].any() for e in ids])
+    held = []
+    for group in (ids[successful], ids[~successful]):
+        if len(group):
+            k = max(1, int(round(val_fraction * len(group)))) if len(group) > 1 else 0
+            held.extend(rng.choice(group, size=k, replace=False).tolist())
+    if not held:
+        held = [rng.choice(ids)]
+    val = np.isin(episodes, held)
+    return ~val, val
+
+
+def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[str, ...] | None = None,
+                     steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
+                     consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
+                     pretrained_path: str | None = None, freeze_backbone: bool = False, log=print) -> dict:
+    """Train, calibrate on held-out episodes, save model + threshold + report to ``out``."""
+    torch.manual_seed(seed)
+    frames = load_frames(paths, cameras)
+    labels, images = frames["labels"], frames["images"]
+    train_mask, val_mask = split_by_episode(frames["episodes"], labels, val_fraction, seed)
+    if not labels[val_mask].any() or labels[val_mask].all():
+        raise ClassifierError("the held-out episodes need both success and failure frames: record more episodes")
+    config = ClassifierConfig(cameras=frames["cameras"], image_size=frames["image_size"], encoder=encoder,
+                              pretrained_path=pretrained_path, freeze_backbone=freeze_backbone)
+    model = SuccessClassifier(config)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    rng = np.random.default_rng(seed)
+    pos = np.flatnonzero(train_mask & labels)
+    neg = np.flatnonzero(train_mask & ~labels)
+    if not len(pos) or not len(neg):
+        raise ClassifierError("the training episodes need both success and failure frames: record more episodes")
+    log(f"{len(labels)} frames from {len(np.unique(frames['episodes']))} episodes; train {train_mask.sum()} "
+        f"({len(pos)} positive), held-out {val_mask.sum()} frames of {len(np.unique(frames['episodes'][val_mask]))} episodes")
+    t0 = time.time()
+    model.train()
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    for step in range(1, steps + 1):
+        half = batch_size // 2  # class-balanced batches
+        idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, batch_size - half)])
+        batch = model.augment({c: torch.as_tensor(images[c][idx]) for c in config.cameras})
+        target = torch.as_tensor(labels[idx], dtype=torch.float32)
+        loss = loss_fn(model(batch), target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % max(1, steps // 5) == 0:
+            log(f"step {step}/{steps}: loss {loss.item():.4f}")
+    val_scores = model.probability({c: images[c][val_mask] for c in config.cameras})
+    val_labels = labels[val_mask]
+    threshold = threshold_for_fpr(val_scores[~val_labels], target_fpr)
+    at_threshold = binary_metrics(val_scores, val_labels, threshold)
+    at_half = binary_metrics(val_scores, val_labels, 0.5)
+    calibration = Calibration(threshold=threshold, target_fpr=target_fpr, consecutive=consecutive,
+                              validation=at_threshold)
+    out = Path(out)
+    save_classifier(out, model, calibration, {"data": [str(p) for p in paths], "steps": steps, "seed": seed})
+    report = {"validation": at_threshold, "validation_at_0.5": at_half, "train_frames": int(train_mask.sum()),
+              "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=list))
+    confusion_plot(out / "confusion.png", at_threshold, val_scores, val_labels)
+    log(f"held-out: threshold {threshold:.4f} (target FPR {target_fpr:.2%}): precision {at_threshold['precision']:.3f} "
+        f"recall {at_threshold['recall']:.3f} FPR {at_threshold['fpr']:.4f} ROC-AUC {at_threshold['roc_auc']:.4f}")
+    return report
+
+
+def confusion_plot(path: Path, metrics: dict, scores: np.ndarray, labels: np.ndarray) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.5))
+    grid = np.array([[metrics["tn"], metrics["fp"]], [metrics["fn"], metrics["tp"]]])
+    ax1.imshow(grid, cmap="Blues")
+    for (i, j), v in np.ndenumerate(grid):
+        ax1.text(j, i, str(v), ha="center", va="center")
+    ax1.set_xticks([0, 1], ["pred fail", "pred success"])
+    ax1.set_yticks([0, 1], ["fail", "success"])
+    ax1.set_title(f"held-out, threshold {metrics['threshold']:.3f}")
+    ax2.hist([scores[~labels], scores[labels]], bins=30, label=["fail", "success"], log=True)
+    ax2.axvline(metrics["threshold"], color="k", linestyle="--")
+    ax2.set_xlabel("P(success)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

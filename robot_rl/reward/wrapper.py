@@ -1,0 +1,76 @@
+"""The classifier as the reward of any env of our contract.
+
+Reward 1 and the end of the episode when the classifier sees success (``consecutive`` frames
+in a row at or above the calibrated threshold), 0 otherwise. The env's own success flag is
+not used for reward or termination: it stays in ``info["ground_truth_success"]`` for
+evaluation (sim) and is absent on hardware. An operator's success/failure key overrides the
+classifier: the teleop layer calls ``override(True|False)`` and the next step ends the
+episode with that outcome.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from robot_rl.reward.classifier import Calibration, ClassifierError, SuccessClassifier
+
+
+def camera_images(obs: dict, cameras) -> dict[str, np.ndarray]:
+    """Camera frames of a contract observation ({"images": {...}}) or a flat one ({cam: ...})."""
+    source = obs["images"] if "images" in obs else obs
+    missing = [c for c in cameras if c not in source]
+    if missing:
+        raise ClassifierError(f"the observation has no camera {missing[0]!r}; the classifier reads {list(cameras)}")
+    return {c: source[c] for c in cameras}
+
+
+class ClassifierReward(gym.Wrapper):
+    def __init__(self, env: gym.Env, classifier: SuccessClassifier, calibration: Calibration):
+        super().__init__(env)
+        self.classifier, self.calibration = classifier.eval(), calibration
+        self.cameras = tuple(classifier.config.cameras)
+        spaces = env.observation_space.spaces
+        images = spaces["images"].spaces if "images" in spaces else spaces
+        for cam in self.cameras:
+            if cam not in images:
+                raise ClassifierError(f"the env has no camera {cam!r}; the classifier was trained on {list(self.cameras)}")
+            size = tuple(images[cam].shape[:2])
+            if size != tuple(classifier.config.image_size):
+                raise ClassifierError(f"camera {cam!r} gives {size[0]}x{size[1]} frames; the classifier was trained "
+                                      f"on {classifier.config.image_size[0]}x{classifier.config.image_size[1]}")
+        self._streak = 0
+        self._override: bool | None = None
+
+    def override(self, success: bool) -> None:
+        """The operator's key: the next step ends the episode as a success (True) or failure."""
+        self._override = bool(success)
+
+    @torch.no_grad()
+    def probability(self, obs: dict) -> float:
+        images = {c: torch.as_tensor(np.asarray(v))[None] for c, v in camera_images(obs, self.cameras).items()}
+        return float(torch.sigmoid(self.classifier(images))[0])
+
+    def reset(self, **kwargs):
+        self._streak = 0
+        self._override = None
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, _, _, truncated, info = self.env.step(action)
+        p = self.probability(obs)
+        self._streak = self._streak + 1 if p >= self.calibration.threshold else 0
+        detected = self._streak >= self.calibration.consecutive
+        info = dict(info)
+        info["ground_truth_success"] = info.pop("success", None)
+        info.update(classifier_p=p, classifier_success=detected)
+        if self._override is not None:
+            success, source = self._override, "operator"
+            terminated = True
+            self._override = None
+        else:
+            success, source = detected, "classifier"
+            terminated = detected
+        info.update(success=success, reward_source=source)
+        return obs, float(success), terminated, truncated and not terminated, info

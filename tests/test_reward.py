@@ -1,0 +1,176 @@
+"""The success classifier: calibration, metrics, the reward wrapper, data checks."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from robot_rl.data.store import EpisodeStore
+from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
+                                        binary_metrics, load_classifier, roc_auc, save_classifier,
+                                        threshold_for_fpr)
+from robot_rl.reward.training import load_frames, split_by_episode, train_classifier
+from robot_rl.reward.wrapper import ClassifierReward
+
+
+def test_threshold_calibration_hits_its_target_on_synthetic_scores():
+    rng = np.random.default_rng(0)
+    calibration_neg = rng.normal(0, 1, 20_000)
+    fresh_neg, fresh_pos = rng.normal(0, 1, 200_000), rng.normal(4, 1, 20_000)
+    for target in (0.01, 0.05, 0.001):
+        t = threshold_for_fpr(calibration_neg, target)
+        on_calibration = (calibration_neg >= t).mean()
+        assert on_calibration <= target  # never above the target on the set it was chosen on
+        assert on_calibration >= target - 2 / len(calibration_neg)  # and not needlessly strict
+        assert abs((fresh_neg >= t).mean() - target) < 0.25 * target + 0.0005  # holds on new data
+    m = binary_metrics(np.concatenate([fresh_neg, fresh_pos]),
+                       np.concatenate([np.zeros(len(fresh_neg), bool), np.ones(len(fresh_pos), bool)]),
+                       threshold_for_fpr(calibration_neg, 0.01))
+    assert m["fpr"] < 0.0125 and m["recall"] > 0.9
+    assert threshold_for_fpr(calibration_neg, 0.0) > calibration_neg.max()
+    with pytest.raises(ValueError, match="false-positive rate"):
+        threshold_for_fpr(calibration_neg, 1.5)
+
+
+def test_roc_auc_is_the_pairwise_ranking_probability_with_ties():
+    rng = np.random.default_rng(1)
+    scores = rng.integers(0, 5, 40).astype(float)  # many ties
+    labels = rng.random(40) < 0.4
+    pairs = [(p, n) for p, n in itertools.product(scores[labels], scores[~labels])]
+    brute = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs])
+    assert roc_auc(scores, labels) == pytest.approx(brute)
+
+
+def _classifier(image_size=(32, 32), cameras=("front",)) -> SuccessClassifier:
+    return SuccessClassifier(ClassifierConfig(cameras=cameras, image_size=image_size, hidden=(32,), features=16))
+
+
+def _sim_env(size=32):
+    from robot_rl.sim import make
+
+    return make("PickCube", images=True, image_size=(size, size), cameras=("front",))
+
+
+def test_wrapper_ends_episodes_on_detected_success_after_k_frames():
+    env = ClassifierReward(_sim_env(), _classifier(), Calibration(threshold=0.0, target_fpr=0.01, consecutive=3))
+    env.reset(seed=0)
+    rewards, ends = [], []
+    for _ in range(3):
+        obs, r, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+        rewards.append(r)
+        ends.append(terminated)
+        assert 0.0 <= info["classifier_p"] <= 1.0
+        assert info["ground_truth_success"] is False and info["reward_source"] == "classifier"
+    assert rewards == [0.0, 0.0, 1.0] and ends == [False, False, True]
+
+
+def test_wrapper_operator_override_wins_over_the_classifier():
+    env = ClassifierReward(_sim_env(), _classifier(), Calibration(threshold=1.01, target_fpr=0.01))
+    env.reset(seed=0)
+    _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
+    assert (r, terminated, info["success"]) == (0.0, False, False)  # the classifier never fires here
+    env.override(True)
+    _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
+    assert (r, terminated, info["reward_source"]) == (1.0, True, "operator")
+    env.reset(seed=1)
+    env.override(False)
+    _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
+    assert (r, terminated, info["success"], info["reward_source"]) == (0.0, True, False, "operator")
+    _, _, terminated, _, info = env.step(np.zeros(7, np.float32))
+    assert info["reward_source"] == "classifier"  # an override counts for one step only
+
+
+def test_wrapper_refuses_an_env_whose_cameras_do_not_match():
+    with pytest.raises(ClassifierError, match="24x24 frames; the classifier was trained on 32x32"):
+        ClassifierReward(_sim_env(24), _classifier(), Calibration(threshold=0.5, target_fpr=0.01))
+    with pytest.raises(ClassifierError, match="no camera 'wrist'"):
+        ClassifierReward(_sim_env(), _classifier(cameras=("wrist",)), Calibration(threshold=0.5, target_fpr=0.01))
+
+
+def _store(path, successes: list[bool], frames=6, size=32):
+    fields = {"state": ((3,), np.float32), "action": ((7,), np.float32), "front": ((size, size, 3), np.uint8)}
+    store = EpisodeStore.create(path, fields, task="PickCube", robot="panda", control_hz=10, cameras={"front": (size, size)})
+    rng = np.random.default_rng(0)
+    for ok in successes:
+        success = np.zeros(frames, bool)
+        success[-2:] = ok
+        images = rng.integers(0, 60, (frames, size, size, 3), dtype=np.uint8)
+        images[success] += 150  # success frames are bright: learnable
+        store.add_episode({"state": np.zeros((frames, 3), np.float32), "action": np.zeros((frames, 7), np.float32),
+                           "front": images, "reward": np.zeros(frames, np.float32), "terminated": np.zeros(frames, bool),
+                           "truncated": np.zeros(frames, bool), "is_intervention": np.zeros(frames, bool),
+                           "success": success, "has_action": np.arange(frames) < frames - 1,
+                           "timestamp": np.arange(frames) * 0.1})
+    return path
+
+
+def test_training_refuses_stores_without_positives_or_negatives(tmp_path):
+    with pytest.raises(ClassifierError, match="no positive"):
+        load_frames([_store(tmp_path / "fail.zarr", [False, False])])
+    all_success = _store(tmp_path / "ok.zarr", [True])
+    store = EpisodeStore.open(all_success)
+    assert store.get_episode(0)["success"].sum() == 2
+    with pytest.raises(ClassifierError, match="no negative"):
+        # a store whose every frame is a success frame
+        fields = {"action": ((7,), np.float32), "front": ((16, 16, 3), np.uint8)}
+        s = EpisodeStore.create(tmp_path / "pos.zarr", fields, task="PickCube", robot="panda", control_hz=10,
+                                cameras={"front": (16, 16)})
+        n = 3
+        s.add_episode({"action": np.zeros((n, 7), np.float32), "front": np.zeros((n, 16, 16, 3), np.uint8),
+                       "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
+                       "is_intervention": np.zeros(n, bool), "success": np.ones(n, bool),
+                       "has_action": np.arange(n) < n - 1, "timestamp": np.arange(n) * 0.1})
+        load_frames([tmp_path / "pos.zarr"])
+    s = EpisodeStore.create(tmp_path / "nocam.zarr", {"action": ((7,), np.float32)}, task="PickCube", robot="panda",
+                            control_hz=10)
+    with pytest.raises(ClassifierError, match="no cameras"):
+        load_frames([tmp_path / "nocam.zarr"])
+
+
+def test_held_out_split_is_by_episode():
+    episodes = np.repeat(np.arange(12), 5)
+    labels = np.zeros(60, bool)
+    labels[np.isin(episodes, [0, 1, 2, 3, 4, 5])] = np.tile([False, False, False, True, True], 6)
+    train, val = split_by_episode(episodes, labels, 0.25, seed=0)
+    assert not (train & val).any() and (train | val).all()
+    assert not set(episodes[train]) & set(episodes[val])  # no episode on both sides
+    assert labels[val].any() and (~labels[val]).any()
+    held = set(episodes[val])
+    assert any(e < 6 for e in held) and any(e >= 6 for e in held)  # successful and failed episodes held out
+
+
+def test_train_calibrate_save_and_load(tmp_path):
+    data = _store(tmp_path / "d.zarr", [True, False] * 6)
+    report = train_classifier([data], tmp_path / "clf", steps=60, batch_size=16, target_fpr=0.0, log=lambda m: None)
+    v = report["validation"]
+    assert v["fpr"] == 0.0 and v["recall"] == 1.0  # bright vs dark frames: separable
+    assert (tmp_path / "clf" / "confusion.png").is_file() and (tmp_path / "clf" / "report.json").is_file()
+    model, calibration = load_classifier(tmp_path / "clf")
+    assert calibration.threshold == pytest.approx(v["threshold"]) and calibration.target_fpr == 0.0
+    frames = EpisodeStore.open(data).get_episode(0, ["front", "success"])
+    p = model.probability({"front": frames["front"]})
+    assert ((p >= calibration.threshold) == frames["success"]).all()
+    with pytest.raises(ClassifierError, match="no classifier"):
+        load_classifier(tmp_path / "missing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "classifier.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(Exception):
+        load_classifier(tmp_path / "bad")
+    save_classifier(tmp_path / "again", model, calibration)
+    assert load_classifier(tmp_path / "again")[1] == calibration
+
+
+def test_classifier_cli_trains_and_reports(tmp_path, capsys):
+    import json
+
+    from robot_rl.cli import main
+
+    data = _store(tmp_path / "d.zarr", [True, False] * 4)
+    assert main(["classifier", "train", "--data", str(data), "--out", str(tmp_path / "c"), "--steps", "20",
+                 "--batch-size", "8"]) == 0
+    validation = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"precision", "recall", "fpr", "roc_auc", "threshold"} <= set(validation)
+    assert main(["classifier", "train", "--data", str(_store(tmp_path / "f.zarr", [False] * 3)), "--out",
+                 str(tmp_path / "x")]) == 2
+    assert "no positive" in capsys.readouterr().err
+    assert main(["classifier", "train", "--data", str(data), "--out", str(tmp_path / "y"), "--consecutive", "0"]) == 2
