@@ -100,7 +100,8 @@ def _cmd_record(args) -> int:
     get_task(args.task)
     summary = record_expert(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise, seed=args.seed,
                             images=args.images, image_size=(args.image_size, args.image_size),
-                            keep_failures=not args.successful_only, image_codec=args.image_codec)
+                            keep_failures=not args.successful_only, image_codec=args.image_codec,
+                            hold_after_success=args.hold_after_success)
     print(json.dumps(summary))
     return 0
 
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--images", action="store_true", help="record the cameras too")
     rec.add_argument("--image-size", type=int, default=128)
     rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
+    rec.add_argument("--hold-after-success", type=int, default=0,
+                     help="steps of a still arm recorded after success (more success frames for the classifier)")
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
     rec.set_defaults(func=_cmd_record)

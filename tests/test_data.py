@@ -342,3 +342,16 @@ def test_data_tool_errors(tmp_path, capsys):
     assert "cannot merge" in capsys.readouterr().err
     assert main(["data", "export-video", str(tmp_path / "o.zarr"), "--out", str(tmp_path / "v.mp4")]) == 2
     assert "no cameras" in capsys.readouterr().err
+
+
+def test_held_success_frames_label_by_ground_truth_and_stay_out_of_demos(tmp_path):
+    record_expert(tmp_path / "h.zarr", "PickCube", 2, noise=0.1, seed=10_000, keep_failures=False, hold_after_success=5)
+    store = EpisodeStore.open(tmp_path / "h.zarr")
+    plain = EpisodeStore.open(record_expert(tmp_path / "p.zarr", "PickCube", 2, noise=0.1, seed=10_000,
+                                            keep_failures=False)["path"])
+    for i in range(2):
+        held, ep = store[i], plain[i]
+        assert len(held["action"]) == len(ep["action"]) + 5
+        assert held["success"][len(ep["action"]) - 1:].all()  # the still arm keeps the cube up
+        assert len(list(transitions(store, i))) == len(list(transitions(plain, i)))  # demos end at the success
+    assert store.attrs["hold_after_success"] == 5

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
 
@@ -15,8 +17,13 @@ from robot_rl.data.store import EpisodeStore
 def record_expert(out: str | Path, task: str, episodes: int, backend: str = "mujoco", noise: float = 0.1,
                   seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
                   cameras: tuple[str, ...] = ("front", "wrist"), keep_failures: bool = True,
-                  image_codec: str = "lossless", on_episode=None) -> dict:
-    """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary."""
+                  image_codec: str = "lossless", hold_after_success: int = 0, on_episode=None) -> dict:
+    """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
+
+    ``hold_after_success`` keeps recording that many steps of a still arm after the task is
+    solved, each frame labelled by ground truth: success classifiers need more than the one
+    success frame an episode ends on (an operator would hold the success pose the same way).
+    Those frames come after the terminal transition, so demo loading ignores them."""
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
@@ -26,7 +33,8 @@ def record_expert(out: str | Path, task: str, episodes: int, backend: str = "muj
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
-                                    images=image_codec, backend=backend, source="scripted_expert", expert_noise=noise)
+                                    images=image_codec, backend=backend, source="scripted_expert", expert_noise=noise,
+                                    hold_after_success=hold_after_success)
         period = 1.0 / env.limits.control_hz
         t = [0.0]
         recorder = EpisodeRecorder(store, clock=lambda: t[0])  # sim time, not wall time
@@ -45,6 +53,11 @@ def record_expert(out: str | Path, task: str, episodes: int, backend: str = "muj
                 recorder.step(action, obs, reward, terminated, truncated, success=info["success"])
                 if terminated or truncated:
                     break
+            for _ in range(hold_after_success if info["success"] else 0):
+                still = np.zeros(env.action_space.shape, np.float32)  # no motion, gripper as it is
+                obs, reward, terminated, truncated, hold_info = env.step(still)
+                t[0] += period
+                recorder.step(still, obs, reward, terminated, truncated, success=hold_info["success"])
             if info["success"] or keep_failures:
                 index = recorder.finish()
                 kept += 1

@@ -102,10 +102,13 @@ class EpisodeRecorder:
 
 def transitions(store: EpisodeStore, index: int) -> Iterator[tuple]:
     """(obs, action, reward, next_obs, terminated, truncated, is_intervention) of one episode,
-    observations as contract dicts."""
+    observations as contract dicts, up to the first terminal or truncated transition (frames
+    recorded after it, e.g. a held success pose for the classifier, are not part of the MDP)."""
     episode = store.get_episode(index)
     cameras = list(store.cameras)
     for t in np.flatnonzero(episode["has_action"]):
+        terminated, truncated = bool(episode["terminated"][t]), bool(episode["truncated"][t])
         yield (observation_at(episode, t, cameras), episode["action"][t], float(episode["reward"][t]),
-               observation_at(episode, t + 1, cameras), bool(episode["terminated"][t]), bool(episode["truncated"][t]),
-               bool(episode["is_intervention"][t]))
+               observation_at(episode, t + 1, cameras), terminated, truncated, bool(episode["is_intervention"][t]))
+        if terminated or truncated:
+            return
