@@ -54,12 +54,13 @@ class StoreError(UserFacingError):
     """The path is not a readable episode store, or a request does not fit it."""
 
 
-def image_codec(name: str):
-    """Codec for per-frame image chunks: "lossless" (Blosc zstd, byte shuffle) or "jpeg"."""
+def image_codecs(name: str) -> tuple:
+    """(serializer, compressors) for per-frame image chunks: "lossless" (Blosc zstd, byte
+    shuffle) or "jpeg"."""
     if name == "lossless":
-        return [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")]
+        return "auto", [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")]
     if name == "jpeg":
-        return JpegCodec(quality=90)
+        return JpegCodec(quality=90), None
     raise StoreError(f"unknown image codec {name!r}: use 'lossless' or 'jpeg'")
 
 
@@ -104,9 +105,7 @@ class EpisodeStore:
             shards = None
             if key in cameras:
                 chunks, shards = (1, *shape), (IMAGE_SHARD_FRAMES, *shape)
-                compressors, serializer = None, image_codec(images)
-                if isinstance(serializer, list):
-                    compressors, serializer = serializer, "auto"
+                serializer, compressors = image_codecs(images)
             else:
                 chunks = (NUMERIC_CHUNK_FRAMES, *shape)
                 compressors, serializer = [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")], "auto"
