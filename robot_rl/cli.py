@@ -76,7 +76,8 @@ def _train_config(args):
                       env_steps=args.steps,
                       seed=args.seed, utd=args.utd, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                       final_eval_episodes=args.final_eval_episodes, learner=args.learner, run_dir=args.run_dir,
-                      image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent)
+                      image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent,
+                      reward_classifier=args.reward_classifier, stop_at_success=args.stop_at_success)
     if args.pretrained and not Path(args.pretrained).is_file():
         raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
     return cfg
@@ -94,14 +95,14 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_record(args) -> int:
-    from robot_rl.data.record import record_expert
+    from robot_rl.data.record import record_rollouts
     from robot_rl.sim import get_task
 
     get_task(args.task)
-    summary = record_expert(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise, seed=args.seed,
-                            images=args.images, image_size=(args.image_size, args.image_size),
-                            keep_failures=not args.successful_only, image_codec=args.image_codec,
-                            hold_after_success=args.hold_after_success)
+    summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
+                              seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
+                              keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
+                              hold_motion=args.hold_motion, policy=args.policy)
     print(json.dumps(summary))
     return 0
 
@@ -125,7 +126,22 @@ def _cmd_data(args) -> int:
 
 
 def _cmd_classifier(args) -> int:
-    from robot_rl.reward.training import train_classifier
+    from robot_rl.reward.training import evaluate_classifier, train_classifier
+
+    if args.classifier_command == "eval":
+        print(json.dumps(evaluate_classifier(args.classifier, args.data)["metrics"]))
+        return 0
+    if args.classifier_command == "hard-negatives":
+        from robot_rl.reward.hard_negatives import mine_hard_negatives, retrain_with
+
+        summary = mine_hard_negatives(args.classifier, args.rollouts, args.out)
+        print(json.dumps(summary))
+        if args.retrain:
+            if not summary["kept_episodes"]:
+                print("no false positives in the rollouts: nothing to retrain with")
+                return 0
+            print(json.dumps(retrain_with(args.classifier, args.out, args.retrain)["validation"]))
+        return 0
 
     if args.pretrained and not Path(args.pretrained).is_file():
         raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
@@ -137,6 +153,13 @@ def _cmd_classifier(args) -> int:
                               encoder=args.encoder, pretrained_path=args.pretrained,
                               freeze_backbone=args.freeze_backbone)
     print(json.dumps(report["validation"]))
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from robot_rl.report import write_report
+
+    print(write_report(args.run))
     return 0
 
 
@@ -173,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--obs", default="state", choices=["state", "pixels"])
     tr.add_argument("--demos", default="10",
                     help="a number of scripted demonstrations to record first, or an episode store (path.zarr)")
+    tr.add_argument("--reward-classifier", metavar="DIR",
+                    help="reward and episode end from a success classifier (robot-rl classifier train) instead of "
+                         "the sim's ground truth; evaluation still uses ground truth")
+    tr.add_argument("--stop-at-success", type=float, metavar="RATE",
+                    help="stop once an evaluation reaches this success rate (e.g. 0.9)")
     tr.add_argument("--steps", type=int, default=20_000, help="environment steps")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--utd", type=float, default=2.0, help="gradient updates per environment step")
@@ -196,15 +224,23 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--backend", default="mujoco")
     rec.add_argument("--episodes", type=int, default=10)
     rec.add_argument("--noise", type=float, default=0.1, help="expert action noise (higher: more failed takes)")
-    rec.add_argument("--successful-only", action="store_true", help="keep only successful takes")
+    rec.add_argument("--policy", metavar="CHECKPOINT",
+                     help="record a trained policy's rollouts (run folder or checkpoint) instead of the scripted expert")
+    keep = rec.add_mutually_exclusive_group()
+    keep.add_argument("--successful-only", dest="keep", action="store_const", const="successes",
+                      help="keep only successful takes")
+    keep.add_argument("--failed-only", dest="keep", action="store_const", const="failures",
+                      help="keep only failed takes (negatives for the success classifier)")
     rec.add_argument("--images", action="store_true", help="record the cameras too")
     rec.add_argument("--image-size", type=int, default=128)
     rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
     rec.add_argument("--hold-after-success", type=int, default=0,
                      help="steps of a still arm recorded after success (more success frames for the classifier)")
+    rec.add_argument("--hold-motion", type=float, default=0.0,
+                     help="random arm motion while holding (action std): frames on both sides of the success boundary")
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
-    rec.set_defaults(func=_cmd_record)
+    rec.set_defaults(func=_cmd_record, keep="all")
 
     data = sub.add_parser("data", help="episode stores: info, view, merge, split, export-video").add_subparsers(
         dest="data_command", required=True)
@@ -248,6 +284,22 @@ def build_parser() -> argparse.ArgumentParser:
     c_train.add_argument("--freeze-backbone", action="store_true")
     c_train.add_argument("--seed", type=int, default=0)
     c_train.set_defaults(func=_cmd_classifier)
+    c_eval = clf.add_parser("eval", help="a classifier at its threshold on other stores (e.g. another policy's rollouts)")
+    c_eval.add_argument("--classifier", required=True, help="folder written by classifier train")
+    c_eval.add_argument("--data", action="append", required=True, help="an episode store with images (repeatable)")
+    c_eval.set_defaults(func=_cmd_classifier)
+    c_hard = clf.add_parser("hard-negatives", help="keep rollout episodes where the classifier fires on a failure "
+                                                   "frame (labelled by ground truth or the operator); retrain with them")
+    c_hard.add_argument("--classifier", required=True, help="folder written by classifier train")
+    c_hard.add_argument("--rollouts", action="append", required=True,
+                        help="episode store of rollouts, e.g. robot-rl record --policy RUN (repeatable)")
+    c_hard.add_argument("--out", required=True, help="new store for the mined episodes")
+    c_hard.add_argument("--retrain", metavar="DIR", help="retrain on the classifier's data + the mined episodes into DIR")
+    c_hard.set_defaults(func=_cmd_classifier)
+
+    rep = sub.add_parser("report", help="write <run>/report.md: curves, success, classifier metrics")
+    rep.add_argument("run", help="a training run folder")
+    rep.set_defaults(func=_cmd_report)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
     ev.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (its latest checkpoint)")

@@ -58,12 +58,29 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 
 
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
-             cameras: tuple[str, ...] = ("front", "wrist")) -> FlatObservation:
+             cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
     """The sim twin wrapped for learning. Pixel mode keeps the privileged poses in the
-    underlying env (the scripted demonstrator reads them) but never shows them to the agent."""
+    underlying env (the scripted demonstrator reads them) but never shows them to the agent.
+
+    With ``reward_classifier`` (a ``robot-rl classifier train`` folder) the reward and the
+    episode end come from the success classifier, as on a real robot; the env's own success
+    stays in ``info["ground_truth_success"]``. A state-observation env then renders the
+    classifier's cameras for the classifier alone; a pixel env must render what it reads."""
     from robot_rl.sim.env import PandaCellEnv
 
     if obs not in OBS_MODES:
         raise ValueError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
-    env = PandaCellEnv(task, backend, images=obs == "pixels", image_size=tuple(image_size), cameras=tuple(cameras))
+    render = obs == "pixels"
+    classifier = None
+    if reward_classifier is not None:
+        from robot_rl.reward.classifier import load_classifier
+
+        classifier, calibration = load_classifier(reward_classifier)
+        if obs == "state":
+            render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
+    env = PandaCellEnv(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras))
+    if classifier is not None:
+        from robot_rl.reward.wrapper import ClassifierReward
+
+        env = ClassifierReward(env, classifier, calibration)
     return FlatObservation(env, obs)

@@ -42,6 +42,7 @@ class TrainConfig:
     demos: int = 10  # scripted demonstrations to record in memory first (ignored with demo_store)
     demo_store: str | None = None  # an episode store (robot-rl record / teleop) to take the demos from
     demo_noise: float = 0.1
+    reward_classifier: str | None = None  # a success classifier folder: reward from camera frames, not ground truth
     env_steps: int = 20_000
     seed: int = 0
     # learner pacing
@@ -65,6 +66,7 @@ class TrainConfig:
     # evaluation and output
     eval_every: int = 2000
     eval_episodes: int = 20
+    stop_at_success: float | None = None  # end the run at the first evaluation at or above this success rate
     final_eval_episodes: int = 50
     checkpoint_every: int = 5000
     run_dir: str | None = None
@@ -86,6 +88,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.demo_store is not None and not Path(self.demo_store).exists():
             raise FileNotFoundError(f"demo store {self.demo_store}: no such path")
+        if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
+            raise FileNotFoundError(f"reward classifier {self.reward_classifier}: no such path")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
         SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
@@ -223,8 +227,8 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
-    env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
-    eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
+    env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
+    eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)  # graded by ground truth
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)
     if resume_from:
@@ -260,11 +264,13 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
             record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, cfg.eval_episodes, seed=2_000_000), step, logger, log)
         obs, _ = env.reset(seed=cfg.seed + step)
         random_until = 0 if cfg.has_demos else cfg.random_steps
+        solved = False  # ground truth, seen only by the classifier-reward bookkeeping
         while step < cfg.env_steps:
             actor.poll()
             actor.wait_for_learner(step)
             action = env.action_space.sample() if step < random_until else policy.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
+            solved = solved or bool(info.get("ground_truth_success"))
             link.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated))
             step += 1
             actor_state["env_steps"] = step
@@ -272,13 +278,21 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
             if terminated or truncated:
                 actor_state["episodes"] += 1
                 actor_state["train_successes"].append(bool(info["success"]))
+                if cfg.reward_classifier:
+                    count_classifier_outcome(actor_state, bool(info["success"]), solved, logger, step)
                 obs, _ = env.reset()
+                solved = False
             if step % cfg.eval_every == 0 or step == cfg.env_steps:
                 episodes = cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes
                 record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step, logger, log)
-            if step % cfg.checkpoint_every == 0 or step == cfg.env_steps:
+            reached = (cfg.stop_at_success is not None and step % cfg.eval_every == 0
+                       and actor_state["evals"][-1]["success_rate"] >= cfg.stop_at_success)
+            if step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached:
                 actor.checkpoint(f"step_{step:09d}", actor_state, wait=True)
             logger.progress(step, actor_state, actor.status)
+            if reached:
+                log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
+                break
         summary = make_summary(cfg, actor_state, time.time() - t_start, actor, run_dir)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(actor_state["evals"], cfg)
@@ -288,6 +302,18 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
         link.close()
         env.close()
         eval_env.close()
+
+
+def count_classifier_outcome(actor_state: dict, said: bool, truth: bool, logger, step: int) -> None:
+    """Training episodes graded by the classifier against the sim's ground truth (did the task
+    get solved at any step): a false positive pays the policy for a failure, which is what a
+    policy learns to exploit."""
+    counts = actor_state.setdefault("classifier_episodes", {"true_positive": 0, "false_positive": 0,
+                                                            "false_negative": 0, "true_negative": 0})
+    key = {(True, True): "true_positive", (True, False): "false_positive",
+           (False, True): "false_negative", (False, False): "true_negative"}[said, truth]
+    counts[key] += 1
+    logger.scalar("train/classifier_false_positive_episodes", counts["false_positive"], step)
 
 
 def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None:
@@ -314,5 +340,6 @@ def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Acto
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
         "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint, "run_dir": str(run_dir),
-        "dropped_transitions": actor.link.endpoint.dropped, "evals": evals,
+        "dropped_transitions": actor.link.endpoint.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
+        "classifier_episodes": actor_state.get("classifier_episodes"), "evals": evals,
     }

@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
-# The main job on the sim twin: record 10 scripted demonstrations into a Zarr episode store,
-# train PickCube from it (state observations, SAC/RLPD with the learner in its own process),
-# then evaluate the final checkpoint over 50 episodes.
+# The main job on the sim twin, the whole pipeline a lab runs on its robot:
+#   1. record 10 demonstrations (state) and the success classifier's data (cameras): 20
+#      successful takes holding the cube with a moving arm, 20 failed takes;
+#   2. train the success classifier, calibrated for 1% false positives on held-out episodes;
+#   3. train PickCube (state policy, SAC/RLPD, learner in its own process) with the
+#      classifier's reward, never the sim's ground truth;
+#   4. grade it by ground truth (50 episodes), record the trained policy's rollouts and measure
+#      the classifier on them, and write <run>/report.md (curves, classifier metrics).
 # STEPS (default 20000) sets the env-step budget; extra arguments go to `robot-rl train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
+R=.venv/bin/robot-rl
 RUN="runs/main-pickcube-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
 # seed 10000 and noise 0.1 are the takes `--demos 10` would collect in memory (same expert, same seeds)
-.venv/bin/robot-rl record --task PickCube --episodes 10 --noise 0.1 --seed 10000 --successful-only --out "$RUN/demos.zarr"
-.venv/bin/robot-rl data info "$RUN/demos.zarr"
-.venv/bin/robot-rl train --task PickCube --obs state --demos "$RUN/demos.zarr" --steps "${STEPS:-20000}" --run-dir "$RUN" "$@"
-.venv/bin/robot-rl eval --checkpoint "$RUN" --episodes 50
-echo "run folder: $RUN (demos.zarr, config.json, summary.json, learning_curve.png, tensorboard/, checkpoints/)"
+$R record --task PickCube --episodes 10 --noise 0.1 --seed 10000 --successful-only --out "$RUN/demos.zarr"
+$R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only --images --image-size 64 \
+    --hold-after-success 20 --hold-motion 0.3 --out "$RUN/classifier_successes.zarr"
+$R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only --images --image-size 64 \
+    --out "$RUN/classifier_failures.zarr"
+$R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
+    --steps 5000 --out "$RUN/classifier"
+$R train --task PickCube --obs state --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
+    --steps "${STEPS:-20000}" --run-dir "$RUN" "$@"
+$R eval --checkpoint "$RUN" --episodes 50 | tee "$RUN/eval.json"
+$R record --task PickCube --policy "$RUN" --episodes 20 --seed 400 --images --image-size 64 \
+    --hold-after-success 10 --out "$RUN/policy_rollouts.zarr"
+$R classifier eval --classifier "$RUN/classifier" --data "$RUN/policy_rollouts.zarr" \
+    | tail -n 1 > "$RUN/classifier_on_the_trained_policy.json"
+$R report "$RUN"
+echo "run folder: $RUN (report.md, classifier/, demos.zarr, summary.json, learning_curve.png, tensorboard/, checkpoints/)"

@@ -61,3 +61,19 @@ def test_data_bench_quick_gives_every_figure(monkeypatch):
     assert figures["compression_ratio"] > 1 and figures["lossy_compression_ratio"] > figures["compression_ratio"]
     assert figures["load_3_episodes_s"] > 0
     assert all(c["write_frames_per_s"] > 0 for c in figures["candidates"].values())
+
+
+def test_classifier_bench_quick_gives_every_figure():
+    """The whole pipeline at toy size: data, classifier, both trainings, held-out rollouts of two
+    other policies (the figures are not meaningful at this size, only present and consistent)."""
+    from robot_rl.bench import classifier as classifier_bench
+
+    figures = classifier_bench.run(quick=True, log=lambda msg: None)
+    for key in ("heldout_fpr", "heldout_recall", "heldout_roc_auc"):
+        assert 0.0 <= figures[key] <= 1.0 or figures[key] != figures[key], key  # NaN when a class is absent
+    for key in ("steps_to_90_classifier_reward", "steps_to_90_ground_truth_reward", "steps_ratio"):
+        assert key in figures
+    assert figures["heldout_frames"] > 0 and set(figures["heldout_by_policy"]) == {"expert_noise_0.3", "agent"}
+    assert figures["heldout_agent_checkpoint"].startswith("step_")
+    assert figures["curve_ground_truth_reward"] and figures["curve_classifier_reward"]
+    assert sum(figures["classifier_reward_training_episodes"].values()) > 0

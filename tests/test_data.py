@@ -9,7 +9,7 @@ import zarr
 
 from robot_rl.cli import main
 from robot_rl.data.demos import load_demos
-from robot_rl.data.record import record_expert
+from robot_rl.data.record import record_rollouts
 from robot_rl.data.recorder import EpisodeRecorder, transitions
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
 from robot_rl.envs import make_env
@@ -143,7 +143,7 @@ def test_recorder_frames_hold_the_action_taken_there_and_the_final_observation(t
 def test_recorded_store_gives_the_learner_exactly_the_in_memory_demos(tmp_path):
     """Same expert, same seeds: the store-loaded transitions are bit-identical to those
     collected in memory, so a store trains the learner exactly as in-memory demos do."""
-    record_expert(tmp_path / "d.zarr", "PegInsert", 3, noise=0.1, seed=10_000, keep_failures=False)
+    record_rollouts(tmp_path / "d.zarr", "PegInsert", 3, noise=0.1, seed=10_000, keep="successes")
     env = make_env("PegInsert")
     from_store, in_memory = [], []
     load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
@@ -214,7 +214,7 @@ def test_bad_episodes_and_modes(tmp_path):
 
 
 def test_a_camera_size_mismatch_with_the_env(tmp_path):
-    record_expert(tmp_path / "px.zarr", "PickCube", 1, images=True, image_size=(32, 32), cameras=("front", "wrist"))
+    record_rollouts(tmp_path / "px.zarr", "PickCube", 1, images=True, image_size=(32, 32), cameras=("front", "wrist"))
     env = make_env("PickCube", obs="pixels", image_size=(24, 24))
     with pytest.raises(StoreError, match="32x32 in .* but 24x24 in the env"):
         load_demos(tmp_path / "px.zarr", env, "PickCube", lambda *t: None)
@@ -233,6 +233,14 @@ def test_record_cli_and_train_from_the_store(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "loaded 2 demonstrations" in out
     assert json.loads(out.strip().splitlines()[-1])["demos"] == 2
+    assert main(["record", "--task", "PickCube", "--episodes", "2", "--noise", "1.0", "--failed-only",
+                 "--hold-after-success", "3", "--hold-motion", "0.3", "--out", str(tmp_path / "fail.zarr")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["episodes"] == 2 and summary["successes"] == 0
+    assert not EpisodeStore.open(tmp_path / "fail.zarr").read(0, summary["frames"], ["success"])["success"].any()
+    with pytest.raises(SystemExit):
+        main(["record", "--successful-only", "--failed-only", "--out", str(tmp_path / "x.zarr")])
+    assert "not allowed with argument --successful-only" in capsys.readouterr().err
     assert main(["train", "--task", "PegInsert", "--demos", str(tmp_path / "nope.zarr"), "--steps", "5"]) == 2
     assert "no such path" in capsys.readouterr().err
 
@@ -345,13 +353,23 @@ def test_data_tool_errors(tmp_path, capsys):
 
 
 def test_held_success_frames_label_by_ground_truth_and_stay_out_of_demos(tmp_path):
-    record_expert(tmp_path / "h.zarr", "PickCube", 2, noise=0.1, seed=10_000, keep_failures=False, hold_after_success=5)
+    record_rollouts(tmp_path / "h.zarr", "PickCube", 2, noise=0.1, seed=10_000, keep="successes", hold_after_success=5)
     store = EpisodeStore.open(tmp_path / "h.zarr")
-    plain = EpisodeStore.open(record_expert(tmp_path / "p.zarr", "PickCube", 2, noise=0.1, seed=10_000,
-                                            keep_failures=False)["path"])
+    plain = EpisodeStore.open(record_rollouts(tmp_path / "p.zarr", "PickCube", 2, noise=0.1, seed=10_000,
+                                            keep="successes")["path"])
     for i in range(2):
         held, ep = store[i], plain[i]
         assert len(held["action"]) == len(ep["action"]) + 5
         assert held["success"][len(ep["action"]) - 1:].all()  # the still arm keeps the cube up
         assert len(list(transitions(store, i))) == len(list(transitions(plain, i)))  # demos end at the success
     assert store.attrs["hold_after_success"] == 5
+    moving = EpisodeStore.open(record_rollouts(tmp_path / "m.zarr", "PickCube", 2, noise=0.1, seed=10_000,
+                                             keep="successes", hold_after_success=15, hold_motion=0.5)["path"])
+    for i in range(2):
+        held, ep = moving[i], plain[i]
+        hold = held["action"][len(ep["action"]) - 1:-1]  # the actions taken while holding
+        assert np.abs(hold[:, :3]).max() > 0.2 and (hold[:, 3:] == 0).all()  # translation only
+        z = held["privileged_cube"][:, 2]
+        labels = held["success"]
+        start_z = z[0]
+        np.testing.assert_array_equal(labels[len(ep["action"]):], z[len(ep["action"]):] >= start_z + 0.10)

@@ -9,7 +9,7 @@ from robot_rl.data.store import EpisodeStore
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
                                         binary_metrics, load_classifier, roc_auc, save_classifier,
                                         threshold_for_fpr)
-from robot_rl.reward.training import load_frames, split_by_episode, train_classifier
+from robot_rl.reward.training import load_frames, split_by_episode, train_classifier, training_settings
 from robot_rl.reward.wrapper import ClassifierReward
 
 
@@ -171,3 +171,81 @@ def test_classifier_cli_trains_and_reports(tmp_path, capsys):
                  str(tmp_path / "x")]) == 2
     assert "no positive" in capsys.readouterr().err
     assert main(["classifier", "train", "--data", str(data), "--out", str(tmp_path / "y"), "--consecutive", "0"]) == 2
+
+
+def test_wrapper_applies_the_time_limit_even_when_the_task_is_solved():
+    from robot_rl.sim import make
+
+    env = ClassifierReward(make("PickCube", images=True, image_size=(32, 32), cameras=("front",), max_episode_steps=4),
+                           _classifier(), Calibration(threshold=1.01, target_fpr=0.01))  # never fires
+    env.reset(seed=0)
+    ends = [env.step(np.zeros(7, np.float32))[2:4] for _ in range(4)]
+    assert ends == [(False, False)] * 3 + [(False, True)]
+
+
+def _trained(tmp_path, successes=(True, False) * 6):
+    data = _store(tmp_path / "d.zarr", list(successes))
+    train_classifier([data], tmp_path / "clf", steps=150, batch_size=16, target_fpr=0.0, log=lambda m: None)
+    # the bright/dark toy data saturate the scores; a threshold of 0.5 keeps the counts below exact
+    model, calibration = load_classifier(tmp_path / "clf")
+    calibration.threshold = 0.5
+    save_classifier(tmp_path / "clf", model, calibration, {"training": training_settings(tmp_path / "clf")})
+    return data, tmp_path / "clf"
+
+
+def test_evaluate_classifier_reports_frame_and_episode_metrics(tmp_path):
+    from robot_rl.reward.training import evaluate_classifier
+
+    data, clf = _trained(tmp_path)
+    m = evaluate_classifier(clf, [data])["metrics"]
+    assert m["episodes"] == 12 and m["frames"] == 72
+    assert (m["successful_episodes"], m["failed_episodes"]) == (6, 6)
+    assert m["episode_detections"] == 6 and m["episode_false_positives"] == 0
+    assert m["fpr"] == 0.0 and m["recall"] == 1.0
+    with pytest.raises(ClassifierError, match="24x24 frames; the classifier reads 32x32"):
+        evaluate_classifier(clf, [_store(tmp_path / "small.zarr", [True, False], size=24)])
+
+
+def test_hard_negatives_keep_false_positive_episodes_cut_after_the_last_one_and_retrain(tmp_path):
+    from robot_rl.reward.hard_negatives import mine_hard_negatives, retrain_with
+
+    data, clf = _trained(tmp_path)
+    rollouts = _store(tmp_path / "rollouts.zarr", [True, False, False])
+    store = EpisodeStore.open(rollouts, "a")
+    # a fourth episode: failed, but frames 1 and 2 look like success to the classifier
+    episode = store.get_episode(1)
+    episode["front"][1:3] += 150
+    store.add_episode(episode)
+    summary = mine_hard_negatives(clf, [rollouts], tmp_path / "hard.zarr")
+    assert summary["rollout_episodes"] == 4 and summary["kept_episodes"] == 1
+    assert summary["false_positive_frames"] == 2 and summary["kept_positive_frames"] == 0
+    mined = EpisodeStore.open(tmp_path / "hard.zarr")
+    kept = mined.get_episode(0)
+    assert len(kept["success"]) == 3 and not kept["success"].any()  # frames 0..2, labels as recorded
+    assert list(kept["has_action"]) == [True, True, False] and kept["truncated"][1]
+    np.testing.assert_array_equal(kept["front"], episode["front"][:3])
+    settings = training_settings(clf)
+    assert settings["steps"] == 150 and settings["target_fpr"] == 0.0
+    report = retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf2", log=lambda m: None)
+    assert report["train_frames"] + report["val_frames"] == 72 + 3
+    assert training_settings(tmp_path / "clf2")["data"][-1] == str((tmp_path / "hard.zarr").resolve())
+    with pytest.raises(ClassifierError, match="at least one rollout store"):
+        mine_hard_negatives(clf, [], tmp_path / "none.zarr")
+    with pytest.raises(ClassifierError, match="the classifier reads"):
+        mine_hard_negatives(clf, [_store(tmp_path / "small.zarr", [False], size=24)], tmp_path / "x.zarr")
+
+
+def test_classifier_eval_and_hard_negatives_cli(tmp_path, capsys):
+    import json
+
+    from robot_rl.cli import main
+
+    data, clf = _trained(tmp_path)
+    assert main(["classifier", "eval", "--classifier", str(clf), "--data", str(data)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["recall"] == 1.0
+    assert main(["classifier", "hard-negatives", "--classifier", str(clf), "--rollouts", str(data),
+                 "--out", str(tmp_path / "h.zarr"), "--retrain", str(tmp_path / "c2")]) == 0
+    out = capsys.readouterr().out
+    assert '"kept_episodes": 0' in out and "nothing to retrain" in out
+    assert main(["classifier", "eval", "--classifier", str(tmp_path / "missing"), "--data", str(data)]) == 2
+    assert "no classifier" in capsys.readouterr().err

@@ -133,3 +133,34 @@ def test_without_demos_learning_waits_for_the_random_phase_then_keeps_the_ratio(
     agent = load_agent(resolve_checkpoint(run) / "agent.safetensors", with_optimizers=False)
     assert agent.config.residual_scale == 0.0  # no demos: no base policy to build on
     assert not np.allclose(agent.encoder.normalizer.std.numpy(), 1.0)  # fitted on the random-phase data
+
+
+def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
+    """A classifier that fires on every frame pays each first step: every training episode is a
+    one-step false positive, counted against ground truth; evaluation ignores the classifier."""
+    from robot_rl.data.record import record_rollouts
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
+
+    model = SuccessClassifier(ClassifierConfig(cameras=("front",), image_size=(32, 32), hidden=(16,), features=8))
+    save_classifier(tmp_path / "clf", model, Calibration(threshold=0.0, target_fpr=0.01))
+    run = tmp_path / "run"
+    s = train(TrainConfig(task="PickCube", demos=1, env_steps=30, eval_every=30, learner="inline", run_dir=str(run),
+                          reward_classifier=str(tmp_path / "clf"), **TINY), log=lambda m: None)
+    assert s["reward"] == "classifier" and s["episodes"] == 30
+    assert s["classifier_episodes"] == {"true_positive": 0, "false_positive": 30, "false_negative": 0,
+                                        "true_negative": 0}
+    assert s["evals"][-1]["episode_length"] > 1  # graded by ground truth, not ended by the classifier
+    from robot_rl.report import ReportError, write_report
+
+    report = write_report(run).read_text()
+    assert "learned success classifier" in report and "| classifier: success | 0 | 30 |" in report
+    with pytest.raises(ReportError, match="no summary.json"):
+        write_report(tmp_path)
+    # the partly trained policy's rollouts recorded for classifier work (robot-rl record --policy)
+    out = record_rollouts(tmp_path / "rollouts.zarr", "PickCube", 2, policy=str(run), images=True,
+                          image_size=(32, 32), cameras=("front",))
+    store = EpisodeStore.open(out["path"])
+    assert len(store) == 2 and store.attrs["source"] == "policy" and store.cameras == {"front": (32, 32)}
+    with pytest.raises(FileNotFoundError, match="reward classifier"):
+        train(TrainConfig(reward_classifier=str(tmp_path / "missing"), learner="inline", **TINY))

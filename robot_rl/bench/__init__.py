@@ -6,6 +6,7 @@ import importlib
 
 # name -> module with a ``run(quick: bool, log) -> dict`` function
 BENCHMARKS = {
+    "classifier": "robot_rl.bench.classifier",
     "data": "robot_rl.bench.data",
     "learner": "robot_rl.bench.learner",
     "learning": "robot_rl.bench.learning",

@@ -1,7 +1,9 @@
-"""``robot-rl record``: scripted-expert episodes from the sim twin into an episode store.
+"""``robot-rl record``: episodes from the sim twin into an episode store.
 
-The expert stands in for a human demonstrator; its noise knob produces the imperfect and
-failed takes a real session has (``keep_failures`` keeps them, labelled by ``success``).
+The actor is the scripted expert (standing in for a human demonstrator; its noise knob gives
+the imperfect and failed takes a real session has) or a trained checkpoint's policy (rollouts
+to test a success classifier on, or to mine its false positives from). ``keep`` chooses which
+takes are stored, each frame labelled by ``success``.
 """
 
 from __future__ import annotations
@@ -13,52 +15,94 @@ import numpy as np
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
 
+KEEP = ("all", "successes", "failures")  # which takes a recording stores
 
-def record_expert(out: str | Path, task: str, episodes: int, backend: str = "mujoco", noise: float = 0.1,
-                  seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
-                  cameras: tuple[str, ...] = ("front", "wrist"), keep_failures: bool = True,
-                  image_codec: str = "lossless", hold_after_success: int = 0, on_episode=None) -> dict:
+
+class CheckpointPolicy:
+    """A trained checkpoint acting on the sim's contract observations."""
+
+    def __init__(self, path: str | Path, env, deterministic: bool = False):
+        from robot_rl.envs import FlatObservation
+        from robot_rl.evaluate import check_compatible
+        from robot_rl.runtime.checkpoint import load_agent, read_state, resolve_checkpoint
+
+        ckpt = resolve_checkpoint(Path(path))
+        trained = read_state(ckpt).get("train_config", {})
+        self.agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False)
+        self.flat = FlatObservation(env, trained.get("obs", "state"))
+        check_compatible(self.agent.config, self.flat, ckpt)
+        self.deterministic = deterministic
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        return self.agent.act(self.flat.observation(obs), deterministic=self.deterministic)
+
+
+def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "mujoco", noise: float = 0.1,
+                    seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
+                    cameras: tuple[str, ...] = ("front", "wrist"), keep: str = "all",
+                    image_codec: str = "lossless", hold_after_success: int = 0, hold_motion: float = 0.0,
+                    policy: str | Path | None = None, on_episode=None) -> dict:
     """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
+    The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
+    or checkpoint; its stochastic policy, so that rollouts differ).
 
     ``hold_after_success`` keeps recording that many steps of a still arm after the task is
     solved, each frame labelled by ground truth: success classifiers need more than the one
     success frame an episode ends on (an operator would hold the success pose the same way).
+    ``hold_motion`` > 0 moves the arm while it holds (translation actions drawn with that
+    standard deviation, in action units): an operator's hand is never still, and frames on
+    both sides of the success boundary, each labelled by ground truth, are what teach a
+    classifier where the boundary is.
     Those frames come after the terminal transition, so demo loading ignores them."""
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
+    if keep not in KEEP:
+        raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
     env = make(task, backend, images=images, image_size=tuple(image_size), cameras=tuple(cameras))
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
+        if policy is None:
+            actor, source = make_expert(task, noise=noise, seed=seed), {"source": "scripted_expert", "expert_noise": noise}
+        else:
+            import torch
+
+            torch.manual_seed(seed)  # the policy samples its actions
+            actor, source = CheckpointPolicy(policy, env), {"source": "policy", "policy": str(policy)}
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
-                                    images=image_codec, backend=backend, source="scripted_expert", expert_noise=noise,
-                                    hold_after_success=hold_after_success)
+                                    images=image_codec, backend=backend, **source,
+                                    hold_after_success=hold_after_success, hold_motion=hold_motion)
         period = 1.0 / env.limits.control_hz
         t = [0.0]
         recorder = EpisodeRecorder(store, clock=lambda: t[0])  # sim time, not wall time
-        expert = make_expert(task, noise=noise, seed=seed)
+        hold_rng = np.random.default_rng(seed + 1)
         kept = tries = successes = 0
         while kept < episodes and tries < 10 * episodes:
             obs, _ = env.reset(seed=seed + tries)
-            expert.reset()
+            actor.reset()
             tries += 1
             t[0] = 0.0
             recorder.start(obs)
             while True:
-                action = expert(obs)
+                action = actor(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 t[0] += period
                 recorder.step(action, obs, reward, terminated, truncated, success=info["success"])
                 if terminated or truncated:
                     break
             for _ in range(hold_after_success if info["success"] else 0):
-                still = np.zeros(env.action_space.shape, np.float32)  # no motion, gripper as it is
-                obs, reward, terminated, truncated, hold_info = env.step(still)
+                hold = np.zeros(env.action_space.shape, np.float32)  # gripper as it is
+                if hold_motion > 0:
+                    hold[:3] = np.clip(hold_rng.normal(0.0, hold_motion, 3), -1, 1)
+                obs, reward, terminated, truncated, hold_info = env.step(hold)
                 t[0] += period
-                recorder.step(still, obs, reward, terminated, truncated, success=hold_info["success"])
-            if info["success"] or keep_failures:
+                recorder.step(hold, obs, reward, terminated, truncated, success=hold_info["success"])
+            if keep == "all" or (keep == "successes") == bool(info["success"]):
                 index = recorder.finish()
                 kept += 1
                 successes += bool(info["success"])

@@ -53,7 +53,7 @@ def parse_episodes(spec: str | None, n: int) -> list[int]:
     return chosen
 
 
-def _create_like(store: EpisodeStore, out: str | Path) -> EpisodeStore:
+def create_like(store: EpisodeStore, out: str | Path) -> EpisodeStore:
     fields = {k: v for k, v in store.fields.items() if k not in FRAME_FIELDS}
     attrs = {k: v for k, v in store.attrs.items()
              if k not in ("format", "schema_version", "task", "robot", "control_hz", "cameras", "image_codec")}
@@ -74,7 +74,7 @@ def merge(out: str | Path, inputs: list[str | Path]) -> dict:
         if other.attrs.get("task") != first.attrs.get("task"):
             raise StoreError(f"{other.path} holds {other.attrs.get('task')!r} episodes, {first.path} "
                              f"{first.attrs.get('task')!r}; cannot merge")
-    target = _create_like(first, out)
+    target = create_like(first, out)
     for store in stores:
         for episode in store:
             target.add_episode(episode)
@@ -85,7 +85,7 @@ def split(path: str | Path, out: str | Path, episodes: str) -> dict:
     """The chosen episodes ("0,3,5-9") into a new store."""
     store = EpisodeStore.open(path)
     chosen = parse_episodes(episodes, len(store))
-    target = _create_like(store, out)
+    target = create_like(store, out)
     for i in chosen:
         target.add_episode(store.get_episode(i))
     return {"path": str(out), "episodes": len(target)}

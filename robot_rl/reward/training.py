@@ -18,11 +18,12 @@ import torch
 
 from robot_rl.data.store import EpisodeStore
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
-                                        binary_metrics, save_classifier, threshold_for_fpr)
+                                        binary_metrics, load_classifier, save_classifier, threshold_for_fpr)
 
 
-def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None) -> dict:
-    """Every frame of every episode: images per camera, success labels, a global episode id."""
+def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None, require_both: bool = True) -> dict:
+    """Every frame of every episode: images per camera, success labels, a global episode id.
+    Training needs both outcomes (``require_both``); evaluation may see only one."""
     if not paths:
         raise ClassifierError("classifier training needs at least one store (--data)")
     images: dict[str, list[np.ndarray]] = {}
@@ -57,6 +58,8 @@ def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None)
     frames = {"images": {c: np.concatenate(v) for c, v in images.items()}, "labels": np.concatenate(labels),
               "episodes": np.concatenate(episodes), "cameras": tuple(cameras), "image_size": tuple(size)}
     positives = int(frames["labels"].sum())
+    if not require_both:
+        return frames
     if positives == 0:
         raise ClassifierError("no positive (success) frames in the data: record successful episodes too")
     if positives == len(frames["labels"]):
@@ -129,7 +132,11 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     calibration = Calibration(threshold=threshold, target_fpr=target_fpr, consecutive=consecutive,
                               validation=at_threshold)
     out = Path(out)
-    save_classifier(out, model, calibration, {"data": [str(p) for p in paths], "steps": steps, "seed": seed})
+    settings = {"data": [str(Path(p).resolve()) for p in paths], "cameras": list(config.cameras), "steps": steps,
+                "batch_size": batch_size, "lr": lr, "target_fpr": target_fpr, "consecutive": consecutive,
+                "val_fraction": val_fraction, "seed": seed, "encoder": encoder, "pretrained_path": pretrained_path,
+                "freeze_backbone": freeze_backbone}
+    save_classifier(out, model, calibration, {"training": settings})
     report = {"validation": at_threshold, "validation_at_0.5": at_half, "train_frames": int(train_mask.sum()),
               "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=list))
@@ -137,6 +144,57 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     log(f"held-out: threshold {threshold:.4f} (target FPR {target_fpr:.2%}): precision {at_threshold['precision']:.3f} "
         f"recall {at_threshold['recall']:.3f} FPR {at_threshold['fpr']:.4f} ROC-AUC {at_threshold['roc_auc']:.4f}")
     return report
+
+
+def training_settings(classifier: str | Path) -> dict:
+    """The ``train_classifier`` arguments a saved classifier was trained with (to retrain it)."""
+    from safetensors import safe_open
+
+    file = Path(classifier) / "classifier.safetensors" if Path(classifier).is_dir() else Path(classifier)
+    load_classifier(file)  # a clear error for anything that is not a classifier
+    with safe_open(str(file), "pt") as f:
+        extra = json.loads((f.metadata() or {}).get("extra", "{}"))
+    if "training" not in extra:
+        raise ClassifierError(f"{file} does not record how it was trained; retrain it with robot-rl classifier train")
+    settings = dict(extra["training"])
+    settings["cameras"] = tuple(settings["cameras"])
+    return settings
+
+
+def episode_detections(scores: np.ndarray, episodes: np.ndarray, threshold: float, consecutive: int) -> dict[int, bool]:
+    """Per episode: did ``consecutive`` frames in a row score at or above the threshold?"""
+    out = {}
+    for e in np.unique(episodes):
+        above = scores[episodes == e] >= threshold
+        run = best = 0
+        for a in above:
+            run = run + 1 if a else 0
+            best = max(best, run)
+        out[int(e)] = best >= consecutive
+    return out
+
+
+def evaluate_classifier(classifier: str | Path, paths: list[str | Path]) -> dict:
+    """A saved classifier at its calibrated threshold on the frames of other stores: frame
+    metrics (precision, recall, FPR, ROC-AUC) and episode metrics (an episode is detected as a
+    success when the reward wrapper would fire: ``consecutive`` frames in a row)."""
+    model, calibration = load_classifier(classifier)
+    frames = load_frames(paths, model.config.cameras, require_both=False)
+    if frames["image_size"] != tuple(model.config.image_size):
+        raise ClassifierError(f"the stores hold {frames['image_size'][0]}x{frames['image_size'][1]} frames; the "
+                              f"classifier reads {model.config.image_size[0]}x{model.config.image_size[1]}")
+    scores = model.probability(frames["images"])
+    labels, episodes = frames["labels"], frames["episodes"]
+    metrics = binary_metrics(scores, labels, calibration.threshold)
+    detected = episode_detections(scores, episodes, calibration.threshold, calibration.consecutive)
+    succeeded = {int(e): bool(labels[episodes == e].any()) for e in np.unique(episodes)}
+    failed_eps = [e for e, s in succeeded.items() if not s]
+    good_eps = [e for e, s in succeeded.items() if s]
+    metrics.update(
+        frames=int(len(labels)), episodes=len(succeeded), consecutive=calibration.consecutive,
+        episode_false_positives=sum(detected[e] for e in failed_eps), failed_episodes=len(failed_eps),
+        episode_detections=sum(detected[e] for e in good_eps), successful_episodes=len(good_eps))
+    return {"metrics": metrics, "scores": scores, "labels": labels, "episodes": episodes}
 
 
 def confusion_plot(path: Path, metrics: dict, scores: np.ndarray, labels: np.ndarray) -> None:

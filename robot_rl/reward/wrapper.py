@@ -42,6 +42,10 @@ class ClassifierReward(gym.Wrapper):
                                       f"on {classifier.config.image_size[0]}x{classifier.config.image_size[1]}")
         self._streak = 0
         self._override: bool | None = None
+        self._steps = 0
+        # the env truncates only episodes that are not solved by its own measure; here the
+        # classifier decides, so the time limit is applied to every episode
+        self.max_episode_steps = getattr(env.unwrapped, "max_episode_steps", None)
 
     def override(self, success: bool) -> None:
         """The operator's key: the next step ends the episode as a success (True) or failure."""
@@ -55,10 +59,14 @@ class ClassifierReward(gym.Wrapper):
     def reset(self, **kwargs):
         self._streak = 0
         self._override = None
+        self._steps = 0
         return self.env.reset(**kwargs)
 
     def step(self, action):
         obs, _, _, truncated, info = self.env.step(action)
+        self._steps += 1
+        if self.max_episode_steps is not None and self._steps >= self.max_episode_steps:
+            truncated = True
         p = self.probability(obs)
         self._streak = self._streak + 1 if p >= self.calibration.threshold else 0
         detected = self._streak >= self.calibration.consecutive

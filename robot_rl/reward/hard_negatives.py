@@ -1,0 +1,84 @@
+"""``robot-rl classifier hard-negatives``: the classifier's false positives, mined from rollouts.
+
+A policy trained on a classifier's reward finds the frames the classifier wrongly calls
+success. HIL-SERL's remedy, which this automates: run rollouts (a policy's, recorded with
+``robot-rl record --policy``, or a teleop session's), let ground truth (sim) or the operator's
+success key (hardware) label every frame, keep the episodes in which the classifier fires on a
+frame labelled failure, and retrain with them added to the data.
+
+An episode is kept up to its last false-positive frame, so a kept episode that never reached
+success adds only negatives (as a failed take does); labels are copied as recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from robot_rl.data.store import EpisodeStore
+from robot_rl.data.tools import create_like
+from robot_rl.reward.classifier import ClassifierError, load_classifier
+
+
+def cut_episode(episode: dict[str, np.ndarray], last: int) -> dict[str, np.ndarray]:
+    """Frames 0..last of an episode, ending as a time limit would (no action after the last frame)."""
+    out = {k: v[: last + 1].copy() for k, v in episode.items()}
+    out["has_action"][last] = False
+    out["action"][last] = 0
+    out["reward"][last] = 0
+    out["terminated"][last] = False
+    out["truncated"][last] = False
+    if last > 0 and not (out["terminated"][last - 1] or out["truncated"][last - 1]):
+        out["truncated"][last - 1] = True
+    return out
+
+
+def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out: str | Path) -> dict:
+    """Episodes of ``rollouts`` in which the classifier fires on a frame labelled failure, each
+    cut after its last such frame, into a new store at ``out``; returns a summary."""
+    if not rollouts:
+        raise ClassifierError("hard-negative mining needs at least one rollout store (--rollouts)")
+    model, calibration = load_classifier(classifier)
+    cameras = list(model.config.cameras)
+    target = None
+    summary = {"rollout_episodes": 0, "rollout_frames": 0, "false_positive_frames": 0, "kept_episodes": 0,
+               "kept_frames": 0, "kept_positive_frames": 0, "threshold": calibration.threshold}
+    for path in rollouts:
+        store = EpisodeStore.open(path)
+        missing = [c for c in cameras if c not in store.cameras]
+        if missing:
+            raise ClassifierError(f"{path} has no camera {missing[0]!r}; the classifier reads {cameras}")
+        if any(tuple(store.cameras[c]) != tuple(model.config.image_size) for c in cameras):
+            raise ClassifierError(f"{path} stores {store.cameras[cameras[0]]} frames; the classifier reads "
+                                  f"{list(model.config.image_size)}")
+        if target is None:
+            target = create_like(store, out)
+        elif store.fields != target.fields:
+            raise ClassifierError(f"{path} has different fields than the other rollout stores")
+        for i in range(len(store)):
+            episode = store.get_episode(i)
+            scores = model.probability({c: episode[c] for c in cameras})
+            false_positive = (scores >= calibration.threshold) & ~episode["success"].astype(bool)
+            summary["rollout_episodes"] += 1
+            summary["rollout_frames"] += len(scores)
+            summary["false_positive_frames"] += int(false_positive.sum())
+            if false_positive.any():
+                kept = cut_episode(episode, int(np.flatnonzero(false_positive)[-1]))
+                target.add_episode(kept)
+                summary["kept_episodes"] += 1
+                summary["kept_frames"] += len(kept["success"])
+                summary["kept_positive_frames"] += int(kept["success"].sum())
+    summary["path"] = str(out)
+    return summary
+
+
+def retrain_with(classifier: str | Path, hard_negatives: str | Path, out: str | Path, **overrides) -> dict:
+    """Retrain on the classifier's own training data plus the mined store (same settings)."""
+    from robot_rl.reward.training import train_classifier, training_settings
+
+    settings = training_settings(classifier)
+    settings.update(overrides)
+    data = list(settings.pop("data")) + [str(hard_negatives)]
+    return train_classifier(data, out, **settings)
+
