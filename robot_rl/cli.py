@@ -102,7 +102,8 @@ def _cmd_record(args) -> int:
     summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
                               seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
                               keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
-                              hold_motion=args.hold_motion, policy=args.policy)
+                              hold_motion=args.hold_motion, continue_after_success=args.continue_after_success,
+                              policy=args.policy)
     print(json.dumps(summary))
     return 0
 
@@ -149,6 +150,7 @@ def _cmd_classifier(args) -> int:
         raise ValueError("--consecutive must be >= 1")
     report = train_classifier(args.data, args.out, cameras=tuple(args.cameras) if args.cameras else None,
                               steps=args.steps, batch_size=args.batch_size, target_fpr=args.target_fpr,
+                              min_threshold=args.min_threshold,
                               consecutive=args.consecutive, val_fraction=args.val_fraction, seed=args.seed,
                               encoder=args.encoder, pretrained_path=args.pretrained,
                               freeze_backbone=args.freeze_backbone)
@@ -238,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="steps of a still arm recorded after success (more success frames for the classifier)")
     rec.add_argument("--hold-motion", type=float, default=0.0,
                      help="random arm motion while holding (action std): frames on both sides of the success boundary")
+    rec.add_argument("--continue-after-success", type=int, default=0, metavar="STEPS",
+                     help="the actor goes on acting this many steps after success (rollouts not cut at success)")
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
     rec.set_defaults(func=_cmd_record, keep="all")
@@ -277,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     c_train.add_argument("--steps", type=int, default=1500)
     c_train.add_argument("--batch-size", type=int, default=64)
     c_train.add_argument("--target-fpr", type=float, default=0.01, help="false-positive rate the threshold is set for")
+    c_train.add_argument("--min-threshold", type=float, default=0.5,
+                         help="floor under the calibrated threshold (the classifier's own decision boundary)")
     c_train.add_argument("--consecutive", type=int, default=1, help="positive frames in a row to call success")
     c_train.add_argument("--val-fraction", type=float, default=0.25, help="share of episodes held out")
     c_train.add_argument("--encoder", default="drq", choices=["drq", "resnet18"])

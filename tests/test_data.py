@@ -373,3 +373,14 @@ def test_held_success_frames_label_by_ground_truth_and_stay_out_of_demos(tmp_pat
         labels = held["success"]
         start_z = z[0]
         np.testing.assert_array_equal(labels[len(ep["action"]):], z[len(ep["action"]):] >= start_z + 0.10)
+    going_on = EpisodeStore.open(record_rollouts(tmp_path / "c.zarr", "PickCube", 1, noise=0.1, seed=10_000,
+                                               keep="successes", continue_after_success=5)["path"])[0]
+    n = len(plain[0]["action"])
+    assert len(going_on["action"]) == n + 5
+    assert (going_on["action"][n - 1:-1, 6] == 1).all()  # the expert keeps the gripper closed and lifts on
+    assert going_on["privileged_cube"][-1, 2] > going_on["privileged_cube"][n - 1, 2]
+    to_the_limit = EpisodeStore.open(record_rollouts(tmp_path / "l.zarr", "PickCube", 1, noise=0.1, seed=10_000,
+                                                   keep="successes", continue_after_success=10_000)["path"])[0]
+    assert len(to_the_limit["action"]) == 100 + 1  # the time limit of PickCube, then the final frame
+    with pytest.raises(ValueError, match="not both"):
+        record_rollouts(tmp_path / "x.zarr", "PickCube", 1, hold_after_success=2, continue_after_success=2)

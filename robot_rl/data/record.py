@@ -43,8 +43,9 @@ class CheckpointPolicy:
 def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "mujoco", noise: float = 0.1,
                     seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
                     cameras: tuple[str, ...] = ("front", "wrist"), keep: str = "all",
-                    image_codec: str = "lossless", hold_after_success: int = 0, hold_motion: float = 0.0,
-                    policy: str | Path | None = None, on_episode=None) -> dict:
+                    image_codec: str = "lossless", hold_after_success: int = 0, hold_after_failure: int = 0,
+                    hold_motion: float = 0.0, hold_rise: float = 0.0,
+                    continue_after_success: int = 0, policy: str | Path | None = None, on_episode=None) -> dict:
     """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
     The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
     or checkpoint; its stochastic policy, so that rollouts differ).
@@ -55,13 +56,21 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     ``hold_motion`` > 0 moves the arm while it holds (translation actions drawn with that
     standard deviation, in action units): an operator's hand is never still, and frames on
     both sides of the success boundary, each labelled by ground truth, are what teach a
-    classifier where the boundary is.
+    classifier where the boundary is; ``hold_rise`` adds that mean upward action (the held
+    object carried up through the workspace). ``hold_after_failure`` records the same motion
+    after a failed take (the arm moving about without the object: negatives that look like
+    the success pose from the arm's side). ``continue_after_success`` instead lets the actor go on
+    acting for that many steps, up to the episode's time limit (a rollout not cut at success:
+    what the actor does next).
     Those frames come after the terminal transition, so demo loading ignores them."""
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
+    if (hold_after_success or hold_after_failure) and continue_after_success:
+        raise ValueError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
+                         "(the actor goes on), not both")
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
     env = make(task, backend, images=images, image_size=tuple(image_size), cameras=tuple(cameras))
@@ -76,7 +85,9 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
             actor, source = CheckpointPolicy(policy, env), {"source": "policy", "policy": str(policy)}
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
                                     images=image_codec, backend=backend, **source,
-                                    hold_after_success=hold_after_success, hold_motion=hold_motion)
+                                    hold_after_success=hold_after_success, hold_after_failure=hold_after_failure,
+                                    hold_motion=hold_motion, hold_rise=hold_rise,
+                                    continue_after_success=continue_after_success)
         period = 1.0 / env.limits.control_hz
         t = [0.0]
         recorder = EpisodeRecorder(store, clock=lambda: t[0])  # sim time, not wall time
@@ -88,17 +99,23 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
             tries += 1
             t[0] = 0.0
             recorder.start(obs)
+            steps = 0
             while True:
+                steps += 1
                 action = actor(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 t[0] += period
                 recorder.step(action, obs, reward, terminated, truncated, success=info["success"])
                 if terminated or truncated:
                     break
-            for _ in range(hold_after_success if info["success"] else 0):
+            # a rollout that goes on stops at the episode's time limit; a held pose does not
+            after = hold_after_success + min(continue_after_success, env.max_episode_steps - steps)
+            for _ in range(after if info["success"] else hold_after_failure):
                 hold = np.zeros(env.action_space.shape, np.float32)  # gripper as it is
-                if hold_motion > 0:
-                    hold[:3] = np.clip(hold_rng.normal(0.0, hold_motion, 3), -1, 1)
+                if continue_after_success:
+                    hold = actor(obs)
+                elif hold_motion > 0 or hold_rise > 0:
+                    hold[:3] = np.clip(hold_rng.normal([0.0, 0.0, hold_rise], hold_motion, 3), -1, 1)
                 obs, reward, terminated, truncated, hold_info = env.step(hold)
                 t[0] += period
                 recorder.step(hold, obs, reward, terminated, truncated, success=hold_info["success"])

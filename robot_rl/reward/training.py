@@ -90,9 +90,12 @@ def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: flo
 
 def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[str, ...] | None = None,
                      steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
+                     min_threshold: float = 0.5,
                      consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
                      pretrained_path: str | None = None, freeze_backbone: bool = False, log=print) -> dict:
     """Train, calibrate on held-out episodes, save model + threshold + report to ``out``."""
+    if not 0 <= min_threshold < 1:
+        raise ValueError(f"min_threshold must be in [0, 1), got {min_threshold}")
     torch.manual_seed(seed)
     frames = load_frames(paths, cameras)
     labels, images = frames["labels"], frames["images"]
@@ -126,18 +129,23 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
             log(f"step {step}/{steps}: loss {loss.item():.4f}")
     val_scores = model.probability({c: images[c][val_mask] for c in config.cameras})
     val_labels = labels[val_mask]
-    threshold = threshold_for_fpr(val_scores[~val_labels], target_fpr)
+    # The threshold meets the target on the held-out episodes; it never goes below the
+    # classifier's own decision boundary (0.5 under class-balanced training): held-out negatives
+    # that are all easy would otherwise set it near 0, where any unfamiliar failure frame fires.
+    for_target = threshold_for_fpr(val_scores[~val_labels], target_fpr)
+    threshold = max(for_target, min_threshold)
     at_threshold = binary_metrics(val_scores, val_labels, threshold)
     at_half = binary_metrics(val_scores, val_labels, 0.5)
     calibration = Calibration(threshold=threshold, target_fpr=target_fpr, consecutive=consecutive,
                               validation=at_threshold)
     out = Path(out)
     settings = {"data": [str(Path(p).resolve()) for p in paths], "cameras": list(config.cameras), "steps": steps,
-                "batch_size": batch_size, "lr": lr, "target_fpr": target_fpr, "consecutive": consecutive,
+                "batch_size": batch_size, "lr": lr, "target_fpr": target_fpr, "min_threshold": min_threshold,
+                "consecutive": consecutive,
                 "val_fraction": val_fraction, "seed": seed, "encoder": encoder, "pretrained_path": pretrained_path,
                 "freeze_backbone": freeze_backbone}
     save_classifier(out, model, calibration, {"training": settings})
-    report = {"validation": at_threshold, "validation_at_0.5": at_half, "train_frames": int(train_mask.sum()),
+    report = {"validation": at_threshold, "validation_at_0.5": at_half, "threshold_for_target_fpr": for_target, "train_frames": int(train_mask.sum()),
               "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=list))
     confusion_plot(out / "confusion.png", at_threshold, val_scores, val_labels)
