@@ -102,7 +102,8 @@ def _cmd_record(args) -> int:
     summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
                               seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
                               keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
-                              hold_motion=args.hold_motion, continue_after_success=args.continue_after_success,
+                              hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
+                              hold_rise=args.hold_rise, continue_after_success=args.continue_after_success,
                               policy=args.policy)
     print(json.dumps(summary))
     return 0
@@ -238,8 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
     rec.add_argument("--hold-after-success", type=int, default=0,
                      help="steps of a still arm recorded after success (more success frames for the classifier)")
+    rec.add_argument("--hold-after-failure", type=int, default=0,
+                     help="steps of arm motion recorded after a failed take (negatives from all over the workspace)")
     rec.add_argument("--hold-motion", type=float, default=0.0,
                      help="random arm motion while holding (action std): frames on both sides of the success boundary")
+    rec.add_argument("--hold-rise", type=float, default=0.0,
+                     help="mean upward action while holding (carries the object up through the workspace)")
     rec.add_argument("--continue-after-success", type=int, default=0, metavar="STEPS",
                      help="the actor goes on acting this many steps after success (rollouts not cut at success)")
     rec.add_argument("--seed", type=int, default=0)

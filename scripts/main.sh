@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the sim twin, the whole pipeline a lab runs on its robot:
 #   1. record 10 demonstrations (state) and the success classifier's data (cameras): 20
-#      successful takes holding the cube with a moving arm, 20 failed takes;
+#      successful takes, each then carrying the cube about and up through the workspace, and
+#      20 failed takes, each then moving the arm about and up without it;
 #   2. train the success classifier, calibrated for 1% false positives on held-out episodes;
 #   3. train PickCube (state policy, SAC/RLPD, learner in its own process) with the
 #      classifier's reward, never the sim's ground truth;
@@ -18,16 +19,16 @@ mkdir -p "$RUN"
 # seed 10000 and noise 0.1 are the takes `--demos 10` would collect in memory (same expert, same seeds)
 $R record --task PickCube --episodes 10 --noise 0.1 --seed 10000 --successful-only --out "$RUN/demos.zarr"
 $R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only --images --image-size 64 \
-    --hold-after-success 20 --hold-motion 0.3 --out "$RUN/classifier_successes.zarr"
+    --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_successes.zarr"
 $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only --images --image-size 64 \
-    --out "$RUN/classifier_failures.zarr"
+    --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
-    --steps 5000 --out "$RUN/classifier"
+    --steps 4000 --out "$RUN/classifier"
 $R train --task PickCube --obs state --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
     --steps "${STEPS:-20000}" --run-dir "$RUN" "$@"
 $R eval --checkpoint "$RUN" --episodes 50 | tee "$RUN/eval.json"
 $R record --task PickCube --policy "$RUN" --episodes 20 --seed 400 --images --image-size 64 \
-    --hold-after-success 10 --out "$RUN/policy_rollouts.zarr"
+    --continue-after-success 100 --out "$RUN/policy_rollouts.zarr"
 $R classifier eval --classifier "$RUN/classifier" --data "$RUN/policy_rollouts.zarr" \
     | tail -n 1 > "$RUN/classifier_on_the_trained_policy.json"
 $R report "$RUN"

@@ -234,9 +234,13 @@ def test_record_cli_and_train_from_the_store(tmp_path, capsys):
     assert "loaded 2 demonstrations" in out
     assert json.loads(out.strip().splitlines()[-1])["demos"] == 2
     assert main(["record", "--task", "PickCube", "--episodes", "2", "--noise", "1.0", "--failed-only",
-                 "--hold-after-success", "3", "--hold-motion", "0.3", "--out", str(tmp_path / "fail.zarr")]) == 0
+                 "--hold-after-failure", "3", "--hold-motion", "0.3", "--hold-rise", "0.5",
+                 "--out", str(tmp_path / "fail.zarr")]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 2 and summary["successes"] == 0
+    assert summary["frames"] == 2 * (100 + 3 + 1)  # the time limit, 3 frames of motion after it, the last frame
+    tcp_z = EpisodeStore.open(tmp_path / "fail.zarr").get_episode(0, ["state"])["state"][:, 2]
+    assert tcp_z[-1] > tcp_z[-4]  # the arm rose after the take
     assert not EpisodeStore.open(tmp_path / "fail.zarr").read(0, summary["frames"], ["success"])["success"].any()
     with pytest.raises(SystemExit):
         main(["record", "--successful-only", "--failed-only", "--out", str(tmp_path / "x.zarr")])

@@ -141,6 +141,8 @@ def test_train_calibrate_save_and_load(tmp_path):
     report = train_classifier([data], tmp_path / "clf", steps=60, batch_size=16, target_fpr=0.0, log=lambda m: None)
     v = report["validation"]
     assert v["fpr"] == 0.0 and v["recall"] == 1.0  # bright vs dark frames: separable
+    # easy negatives put the FPR-target threshold near 0; the floor keeps the classifier's boundary
+    assert report["threshold_for_target_fpr"] < 0.5 and v["threshold"] == 0.5
     assert (tmp_path / "clf" / "confusion.png").is_file() and (tmp_path / "clf" / "report.json").is_file()
     model, calibration = load_classifier(tmp_path / "clf")
     assert calibration.threshold == pytest.approx(v["threshold"]) and calibration.target_fpr == 0.0
@@ -155,6 +157,11 @@ def test_train_calibrate_save_and_load(tmp_path):
         load_classifier(tmp_path / "bad")
     save_classifier(tmp_path / "again", model, calibration)
     assert load_classifier(tmp_path / "again")[1] == calibration
+    unfloored = train_classifier([data], tmp_path / "clf0", steps=60, batch_size=16, target_fpr=0.0, min_threshold=0.0,
+                                 log=lambda m: None)
+    assert unfloored["validation"]["threshold"] == unfloored["threshold_for_target_fpr"]
+    with pytest.raises(ValueError, match="min_threshold"):
+        train_classifier([data], tmp_path / "clf1", steps=1, min_threshold=1.0)
 
 
 def test_classifier_cli_trains_and_reports(tmp_path, capsys):
