@@ -19,6 +19,10 @@ class ReportError(UserFacingError):
     pass
 
 
+def _steps(value) -> str:
+    return "not reached" if value is None else str(value)
+
+
 def _metrics_row(name: str, m: dict) -> str:
     return (f"| {name} | {m.get('frames', m.get('tp', 0) + m.get('fp', 0) + m.get('fn', 0) + m.get('tn', 0))} | "
             f"{m['precision']:.3f} | {m['recall']:.3f} | {m['fpr']:.4f} | {m['roc_auc']:.4f} |")
@@ -37,7 +41,7 @@ def write_report(run_dir: str | Path) -> Path:
         f"- demonstrations: {summary['demos']} ({summary.get('demo_store') or 'scripted, in memory'})",
         f"- env steps: {summary['env_steps']}, episodes: {summary['episodes']}, gradient updates: {summary['updates']}",
         f"- final success (ground truth, {summary['final_eval_episodes']} episodes): {summary['final_success_rate']:.2f}",
-        f"- env steps to 90% / 95% success: {summary['steps_to_90']} / {summary['steps_to_95']}",
+        f"- env steps to 90% / 95% success: {_steps(summary['steps_to_90'])} / {_steps(summary['steps_to_95'])}",
         f"- wall time: {summary['wall_s']} s; checkpoint: `{summary['checkpoint']}`", "",
         "| env steps | success | mean episode length |", "|---:|---:|---:|",
     ]

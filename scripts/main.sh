@@ -8,7 +8,8 @@
 #      classifier's reward, never the sim's ground truth;
 #   4. grade it by ground truth (50 episodes), record the trained policy's rollouts and measure
 #      the classifier on them, and write <run>/report.md (curves, classifier metrics).
-# STEPS (default 20000) sets the env-step budget; extra arguments go to `robot-rl train`.
+# STEPS (default 20000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
+# training steps; extra arguments go to `robot-rl train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -23,7 +24,7 @@ $R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only
 $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only --images --image-size 64 \
     --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
-    --steps 4000 --out "$RUN/classifier"
+    --steps "${CLASSIFIER_STEPS:-4000}" --out "$RUN/classifier"
 $R train --task PickCube --obs state --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
     --steps "${STEPS:-20000}" --run-dir "$RUN" "$@"
 $R eval --checkpoint "$RUN" --episodes 50 | tee "$RUN/eval.json"
