@@ -164,3 +164,11 @@ def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
     assert len(store) == 2 and store.attrs["source"] == "policy" and store.cameras == {"front": (32, 32)}
     with pytest.raises(FileNotFoundError, match="reward classifier"):
         train(TrainConfig(reward_classifier=str(tmp_path / "missing"), learner="inline", **TINY))
+
+
+def test_stop_at_success_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
+    run = tmp_path / "run"
+    s = train(TrainConfig(task="PickCube", demos=1, env_steps=200, eval_every=20, learner="inline", run_dir=str(run),
+                          stop_at_success=0.0, **TINY), log=lambda m: None)
+    assert s["env_steps"] == 20 and [e["env_steps"] for e in s["evals"]] == [0, 20]
+    assert s["checkpoint"].endswith("step_000000020")  # the stopping point is checkpointed
