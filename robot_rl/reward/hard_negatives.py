@@ -19,6 +19,7 @@ import numpy as np
 from robot_rl.data.store import EpisodeStore
 from robot_rl.data.tools import create_like
 from robot_rl.reward.classifier import ClassifierError, load_classifier
+from robot_rl.reward.training import check_store_fits, train_classifier, training_settings
 
 
 def cut_episode(episode: dict[str, np.ndarray], last: int) -> dict[str, np.ndarray]:
@@ -46,12 +47,7 @@ def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out:
                "kept_frames": 0, "kept_positive_frames": 0, "threshold": calibration.threshold}
     for path in rollouts:
         store = EpisodeStore.open(path)
-        missing = [c for c in cameras if c not in store.cameras]
-        if missing:
-            raise ClassifierError(f"{path} has no camera {missing[0]!r}; the classifier reads {cameras}")
-        if any(tuple(store.cameras[c]) != tuple(model.config.image_size) for c in cameras):
-            raise ClassifierError(f"{path} stores {store.cameras[cameras[0]]} frames; the classifier reads "
-                                  f"{list(model.config.image_size)}")
+        check_store_fits(store, model.config)
         if target is None:
             target = create_like(store, out)
         elif store.fields != target.fields:
@@ -75,8 +71,6 @@ def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out:
 
 def retrain_with(classifier: str | Path, hard_negatives: str | Path, out: str | Path, **overrides) -> dict:
     """Retrain on the classifier's own training data plus the mined store (same settings)."""
-    from robot_rl.reward.training import train_classifier, training_settings
-
     settings = training_settings(classifier)
     settings.update(overrides)
     data = list(settings.pop("data")) + [str(hard_negatives)]

@@ -90,8 +90,7 @@ def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: flo
 
 def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[str, ...] | None = None,
                      steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
-                     min_threshold: float = 0.5,
-                     consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
+                     min_threshold: float = 0.5, consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
                      pretrained_path: str | None = None, freeze_backbone: bool = False, log=print) -> dict:
     """Train, calibrate on held-out episodes, save model + threshold + report to ``out``."""
     if not 0 <= min_threshold < 1:
@@ -141,12 +140,11 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     out = Path(out)
     settings = {"data": [str(Path(p).resolve()) for p in paths], "cameras": list(config.cameras), "steps": steps,
                 "batch_size": batch_size, "lr": lr, "target_fpr": target_fpr, "min_threshold": min_threshold,
-                "consecutive": consecutive,
-                "val_fraction": val_fraction, "seed": seed, "encoder": encoder, "pretrained_path": pretrained_path,
+                "consecutive": consecutive, "val_fraction": val_fraction, "seed": seed, "encoder": encoder, "pretrained_path": pretrained_path,
                 "freeze_backbone": freeze_backbone}
     save_classifier(out, model, calibration, {"training": settings})
-    report = {"validation": at_threshold, "validation_at_0.5": at_half, "threshold_for_target_fpr": for_target, "train_frames": int(train_mask.sum()),
-              "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
+    report = {"validation": at_threshold, "validation_at_0.5": at_half, "threshold_for_target_fpr": for_target,
+              "train_frames": int(train_mask.sum()), "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=list))
     confusion_plot(out / "confusion.png", at_threshold, val_scores, val_labels)
     log(f"held-out: threshold {threshold:.4f} (target FPR {target_fpr:.2%}): precision {at_threshold['precision']:.3f} "
@@ -169,6 +167,17 @@ def training_settings(classifier: str | Path) -> dict:
     return settings
 
 
+def check_store_fits(store: EpisodeStore, config) -> None:
+    """The store records every camera the classifier reads, at its image size."""
+    missing = [c for c in config.cameras if c not in store.cameras]
+    if missing:
+        raise ClassifierError(f"{store.path} has no camera {missing[0]!r}; the classifier reads {list(config.cameras)}")
+    for cam in config.cameras:
+        if tuple(store.cameras[cam]) != tuple(config.image_size):
+            (h, w), (ch, cw) = store.cameras[cam], config.image_size
+            raise ClassifierError(f"{store.path} stores {h}x{w} frames; the classifier reads {ch}x{cw}")
+
+
 def episode_detections(scores: np.ndarray, episodes: np.ndarray, threshold: float, consecutive: int) -> dict[int, bool]:
     """Per episode: did ``consecutive`` frames in a row score at or above the threshold?"""
     out = {}
@@ -187,10 +196,9 @@ def evaluate_classifier(classifier: str | Path, paths: list[str | Path]) -> dict
     metrics (precision, recall, FPR, ROC-AUC) and episode metrics (an episode is detected as a
     success when the reward wrapper would fire: ``consecutive`` frames in a row)."""
     model, calibration = load_classifier(classifier)
+    for path in paths:
+        check_store_fits(EpisodeStore.open(path), model.config)
     frames = load_frames(paths, model.config.cameras, require_both=False)
-    if frames["image_size"] != tuple(model.config.image_size):
-        raise ClassifierError(f"the stores hold {frames['image_size'][0]}x{frames['image_size'][1]} frames; the "
-                              f"classifier reads {model.config.image_size[0]}x{model.config.image_size[1]}")
     scores = model.probability(frames["images"])
     labels, episodes = frames["labels"], frames["episodes"]
     metrics = binary_metrics(scores, labels, calibration.threshold)
