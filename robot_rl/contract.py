@@ -26,6 +26,8 @@ import numpy as np
 
 ACTION_DIM = 7
 CAMERAS = ("front", "wrist")
+# Every camera the sim twin has; ``side`` is rendered only when asked for.
+SIM_CAMERAS = ("front", "wrist", "side")
 
 # (name, size) in the order they appear in the state vector.
 STATE_LAYOUT: tuple[tuple[str, int], ...] = (

@@ -34,6 +34,10 @@ fi
 # Torch first, pinned: an unpinned torch requirement would pull a multi-GB CUDA build.
 # Users with a GPU install their own build beforehand; any torch >= 2.2 is kept.
 .venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+# ROS 2 (Kilted wheels from PyPI) and pyrealsense2 come along. With a system ROS 2 sourced
+# (its rclpy on PYTHONPATH), set ROBOT_RL_SYSTEM_ROS=1 to leave the wheels out.
+extras="dev,realsense"
+[ "${ROBOT_RL_SYSTEM_ROS:-0}" = 1 ] || extras="$extras,ros"
+.venv/bin/python -m pip install -q -e ".[$extras]"
 echo "$want" > "$stamp"
 echo "setup: .venv ready ($(.venv/bin/python --version))"

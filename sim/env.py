@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl import contract
-from robot_rl.contract import CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
+from robot_rl.contract import CAMERAS, SIM_CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
 from robot_rl.sim.controller import PHYSICS_DT
 from robot_rl.sim.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
@@ -54,9 +54,9 @@ class PandaCellEnv(gym.Env):
         max_episode_steps: int | None = None,
     ):
         self.task = get_task(task)
-        unknown = set(cameras) - set(CAMERAS)
+        unknown = set(cameras) - set(SIM_CAMERAS)
         if unknown:
-            raise ValueError(f"unknown cameras {sorted(unknown)}; the twin has {list(CAMERAS)}")
+            raise ValueError(f"unknown cameras {sorted(unknown)}; the twin has {list(SIM_CAMERAS)}")
         if len(image_size) != 2 or min(image_size) < 8:
             raise ValueError(f"image_size must be (height, width) with both >= 8, got {image_size}")
         if render_mode not in (None, "rgb_array"):

@@ -110,6 +110,8 @@ def build_spec(task: Task) -> mujoco.MjSpec:
     world.add_light(pos=[1.5, 0.5, 1.0], dir=[-1, -0.3, -0.6], diffuse=[0.4, 0.4, 0.4], castshadow=False)
     world.add_camera(name="front", pos=panda.FRONT_CAMERA_POS, fovy=panda.FRONT_CAMERA_FOVY,
                      quat=look_at_quat(panda.FRONT_CAMERA_POS, panda.FRONT_CAMERA_TARGET))
+    world.add_camera(name="side", pos=panda.SIDE_CAMERA_POS, fovy=panda.SIDE_CAMERA_FOVY,
+                     quat=look_at_quat(panda.SIDE_CAMERA_POS, panda.SIDE_CAMERA_TARGET))
 
     for obj in task.objects:
         _add_object(spec, obj)
@@ -263,6 +265,32 @@ class MujocoBackend:
             else:
                 out[name] = (d.mocap_pos[adr].copy(), d.mocap_quat[adr].copy())
         return out
+
+    def joint_state(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Arm and finger joint names, positions and velocities (as a JointState carries them)."""
+        d, m = self.data, self.model
+        names = list(panda.ARM_JOINTS) + list(panda.FINGER_JOINTS)
+        dofs = [m.jnt_dofadr[m.joint(j).id] for j in names]
+        qpos = np.concatenate([d.qpos[self._arm_qpos], d.qpos[self._finger_qpos]])
+        return names, qpos.copy(), d.qvel[dofs].copy()
+
+    def get_scene_state(self) -> np.ndarray:
+        """qpos + mocap poses: all a renderer of the same task needs to draw this instant."""
+        d = self.data
+        return np.concatenate([d.qpos, d.mocap_pos.ravel(), d.mocap_quat.ravel()])
+
+    def set_scene_state(self, state: np.ndarray) -> None:
+        """Pose every body as ``get_scene_state`` of another instance of the same task saw it."""
+        m, d = self.model, self.data
+        state = np.asarray(state, np.float64)
+        expected = m.nq + 7 * m.nmocap
+        if state.shape != (expected,):
+            raise ValueError(f"scene state has {state.shape} values, this scene needs {expected}")
+        d.qpos[:] = state[: m.nq]
+        d.mocap_pos[:] = state[m.nq : m.nq + 3 * m.nmocap].reshape(-1, 3)
+        d.mocap_quat[:] = state[m.nq + 3 * m.nmocap :].reshape(-1, 4)
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_camlight(m, d)  # the wrist camera moves with the hand
 
     def render(self, camera: str, height: int, width: int) -> np.ndarray:
         renderer = self._renderers.get((height, width))

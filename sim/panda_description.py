@@ -25,6 +25,12 @@ FRONT_CAMERA_POS = (1.3, 0.0, 0.65)
 FRONT_CAMERA_TARGET = (0.45, 0.0, 0.1)
 FRONT_CAMERA_FOVY = 50.0
 WRIST_CAMERA_FOVY = 75.0
+# A fixed side camera at PickCube's lift height (cube centre 2 cm + 10 cm), looking level
+# across the workspace: a cube is lifted enough exactly when it shows above the image's
+# middle row, whatever its distance from the camera.
+SIDE_CAMERA_POS = (0.5, -0.75, 0.12)
+SIDE_CAMERA_TARGET = (0.5, 0.0, 0.12)
+SIDE_CAMERA_FOVY = 35.0
 # Wrist camera in the hand frame, looking at the finger tips.
 WRIST_CAMERA_POS = (0.1, 0.0, 0.06)
 WRIST_CAMERA_TARGET = (0.0, 0.0, 0.16)

@@ -236,8 +236,10 @@ class PybulletBackend:
             eye = pos + rot @ np.asarray(panda.WRIST_CAMERA_POS)
             target = pos + rot @ np.asarray(panda.WRIST_CAMERA_TARGET)
             up, fov = rot[:, 0], panda.WRIST_CAMERA_FOVY
+        elif camera == "side":
+            eye, target, up, fov = panda.SIDE_CAMERA_POS, panda.SIDE_CAMERA_TARGET, (0.0, 0.0, 1.0), panda.SIDE_CAMERA_FOVY
         else:
-            raise ValueError(f"unknown camera {camera!r}; the twin has 'front' and 'wrist'")
+            raise ValueError(f"unknown camera {camera!r}; the twin has 'front', 'wrist' and 'side'")
         view = pb.computeViewMatrix(list(eye), list(target), list(up), physicsClientId=cid)
         proj = pb.computeProjectionMatrixFOV(fov, width / height, 0.01, 5.0, physicsClientId=cid)
         img = pb.getCameraImage(width, height, view, proj, renderer=pb.ER_TINY_RENDERER,

@@ -134,6 +134,19 @@ def test_cameras_render_uint8_images_of_configured_size(backend):
     env.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_side_camera_sees_the_cube_on_the_table_below_the_lift_line(backend):
+    """The side camera looks level at PickCube's success height: a cube resting on the table
+    shows below the image's middle row."""
+    env = make("PickCube", backend=backend, images=True, image_size=(64, 64), cameras=("side",))
+    obs, _ = env.reset(seed=0)
+    img = obs["images"]["side"].astype(int)
+    red = (img[:, :, 0] > 120) & (img[:, :, 1] < 80) & (img[:, :, 2] < 80)
+    rows = np.nonzero(red.any(axis=1))[0]
+    assert len(rows) and rows.min() > 32
+    env.close()
+
+
 def test_backends_agree_on_contract():
     envs = {b: make("PickCube", backend=b) for b in BACKENDS}
     obs = {b: e.reset(seed=11)[0] for b, e in envs.items()}

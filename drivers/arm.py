@@ -1,0 +1,198 @@
+"""The arm driver's logic, ROS-free: a backend that moves an arm, and the supervisor that
+stands between every command and that backend.
+
+    ArmBackend     what a real arm implements (the sim twin's ``SimArm`` is the first):
+                   ``state()`` (the contract's robot state vector), ``apply(action)`` (one
+                   control period of the contract action), ``reset()``, ``joint_state()``.
+    ArmSupervisor  safety, identical for every backend:
+                   - commands: an end-effector velocity (the contract's delta per control
+                     period) or a target pose; velocity limits clip them to the contract's
+                     per-period bounds, the workspace box clips the resulting target;
+                   - watchdog: no command for ``watchdog_periods`` control periods -> hold the
+                     pose where the silence began;
+                   - e-stop: latches on a stop request; the arm holds until ``release()``;
+                     commands received meanwhile are ignored (counted).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from robot_rl.contract import STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
+from robot_rl.sim.geometry import matrix_to_rotvec, quat_to_matrix
+
+
+class ArmBackend(Protocol):
+    control_hz: float
+
+    def state(self) -> np.ndarray: ...
+
+    def apply(self, action: np.ndarray) -> None: ...
+
+    def reset(self) -> np.ndarray: ...
+
+    def joint_state(self) -> tuple[list[str], np.ndarray, np.ndarray]: ...
+
+
+@dataclass
+class Hold:
+    position: np.ndarray
+    rotation: np.ndarray
+
+
+class ArmSupervisor:
+    """Turns the latest commands into the action to execute this control period."""
+
+    def __init__(self, limits: ControlLimits, box: SafetyBox, watchdog_periods: float = 2.0, clock=time.monotonic):
+        self.limits, self.box, self.clock = limits, box, clock
+        self.watchdog_s = watchdog_periods / limits.control_hz
+        self._delta: np.ndarray | None = None  # [6] in contract units, from a velocity command
+        self._target: tuple[np.ndarray, np.ndarray] | None = None  # (pos, rotation matrix)
+        self._gripper = GripperCommand.STAY
+        self._last_command = -np.inf
+        self.estopped = False
+        self._hold: Hold | None = None
+        self.mode = "idle"  # idle (never commanded) | velocity | pose | watchdog | estop
+        self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0}
+
+    # ---- commands ----------------------------------------------------------------------
+    def command_velocity(self, delta: np.ndarray) -> None:
+        """The contract's 6 delta entries (per control period, unclipped)."""
+        if self._ignored():
+            return
+        delta = np.asarray(delta, np.float64)
+        clipped = np.clip(delta, -1.0, 1.0)
+        if not np.allclose(clipped, delta):
+            self.counts["clipped_velocity"] += 1
+        self._delta, self._target = clipped, None
+        self._fresh()
+
+    def command_pose(self, position: np.ndarray, quat_wxyz: np.ndarray) -> None:
+        if self._ignored():
+            return
+        self._target, self._delta = (np.asarray(position, np.float64), quat_to_matrix(np.asarray(quat_wxyz))), None
+        self._fresh()
+
+    def command_gripper(self, value: float) -> None:
+        if self._ignored():
+            return
+        self._gripper = gripper_command(float(np.clip(value, -1.0, 1.0)))
+        self._fresh()
+
+    def _ignored(self) -> bool:
+        if self.estopped:
+            self.counts["ignored_estopped"] += 1
+        return self.estopped
+
+    def _fresh(self) -> None:
+        self._last_command = self.clock()
+        self._hold = None
+
+    def estop(self) -> None:
+        self.estopped = True
+        self._delta = self._target = None
+        self._gripper = GripperCommand.STAY
+
+    def release(self) -> None:
+        """Clear the e-stop; the arm keeps holding until the next command."""
+        self.estopped = False
+        self._last_command = -np.inf
+
+    def reset(self) -> None:
+        """After the arm was reset: forget old commands and holds."""
+        self._delta = self._target = self._hold = None
+        self._gripper = GripperCommand.STAY
+        self._last_command = -np.inf
+
+    # ---- the action of this control period --------------------------------------------
+    def action(self, state: np.ndarray) -> np.ndarray:
+        pos = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]].astype(np.float64))
+        stale = self.clock() - self._last_command > self.watchdog_s
+        if self.estopped or stale:
+            if self._hold is None:
+                self._hold = Hold(pos.copy(), rot.copy())
+                if not self.estopped and self.mode in ("velocity", "pose"):
+                    self.counts["watchdog_holds"] += 1
+            self.mode = "estop" if self.estopped else ("watchdog" if self.mode != "idle" else "idle")
+            return self._towards(pos, rot, self._hold.position, self._hold.rotation, GripperCommand.STAY)
+        if self._target is not None:
+            self.mode = "pose"
+            return self._towards(pos, rot, *self._target, self._gripper)
+        self.mode = "velocity"
+        delta = self._delta if self._delta is not None else np.zeros(6)
+        return self._clip_workspace(pos, np.concatenate([delta, [float(self._gripper)]]))
+
+    def _towards(self, pos, rot, target_pos, target_rot, gripper) -> np.ndarray:
+        """The velocity-limited step from the current pose toward a target pose."""
+        lim = self.limits
+        move = (np.asarray(target_pos) - pos) / lim.max_translation_m
+        turn = matrix_to_rotvec(np.asarray(target_rot) @ rot.T) / lim.max_rotation_rad
+        delta = np.concatenate([np.clip(move, -1, 1), np.clip(turn, -1, 1)])
+        return self._clip_workspace(pos, np.concatenate([delta, [float(gripper)]]))
+
+    def _clip_workspace(self, pos: np.ndarray, action: np.ndarray) -> np.ndarray:
+        desired = pos + action[:3] * self.limits.max_translation_m
+        target = self.box.clip_position(desired)
+        if not np.allclose(target, desired):
+            self.counts["clipped_workspace"] += 1
+            action = action.copy()
+            action[:3] = (target - pos) / self.limits.max_translation_m
+        return action.astype(np.float32)
+
+
+class SimArm:
+    """The sim twin as an arm: one ``apply`` = one control period of physics (the impedance
+    controller runs inside at the physics rate). It also reports what only a simulator knows:
+    the success flag, object poses, and the scene state a sim camera renders from."""
+
+    def __init__(self, task: str = "PickCube", backend: str = "mujoco", seed: int = 0,
+                 limits: ControlLimits = ControlLimits()):
+        from robot_rl.sim.env import PandaCellEnv
+
+        self.env = PandaCellEnv(task=task, backend=backend, images=False, privileged=True, limits=limits)
+        self.control_hz = limits.control_hz
+        self.seed = seed
+        self.episode = 0
+        self.success = False
+        self._obs: dict = {}
+
+    @property
+    def safety_box(self) -> SafetyBox:
+        return self.env.task.safety_box
+
+    def reset(self) -> np.ndarray:
+        self._obs, _ = self.env.reset(seed=self.seed + self.episode)
+        self.episode += 1
+        self.success = False
+        return self._obs["state"]
+
+    def state(self) -> np.ndarray:
+        if not self._obs:
+            self.reset()
+        return self._obs["state"]
+
+    def apply(self, action: np.ndarray) -> None:
+        self._obs, _, success, _, _ = self.env.step(action)
+        self.success = bool(success)
+
+    def privileged(self) -> dict[str, np.ndarray]:
+        return self._obs.get("privileged", {})
+
+    def joint_state(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        return self.env.backend.joint_state()
+
+    def scene_state(self) -> np.ndarray:
+        """Everything a twin camera needs to render this instant (see ``SimCamera``)."""
+        return self.env.backend.get_scene_state()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def rotation_error(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(matrix_to_rotvec(a @ b.T)))

@@ -1,0 +1,164 @@
+"""``arm_node``: the arm behind ROS 2 topics, stepping at the control rate.
+
+Backend ``sim``: the twin, stepped in real time (one control period of physics per timer tick,
+its impedance controller inside). A real arm backend serves the same topics (see topics.py).
+Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box, watchdog,
+latched e-stop); malformed commands are dropped and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Float32, Float64MultiArray, String
+from std_srvs.srv import Trigger
+
+from robot_rl.contract import STATE_SLICES, ControlLimits
+from robot_rl.drivers import messages as msgs
+from robot_rl.drivers import topics
+from robot_rl.drivers.arm import ArmSupervisor, SimArm
+from robot_rl.drivers.node import declare_config, run, status_json
+
+
+@dataclass
+class ArmNodeConfig:
+    backend: str = "sim"
+    task: str = "PickCube"
+    sim_engine: str = "mujoco"
+    seed: int = 0
+    control_hz: float = 10.0
+    watchdog_periods: float = 2.0
+    frame_id: str = "base"
+    publish_scene: bool = True  # sim: the scene state the sim cameras render
+
+
+def make_backend(cfg: ArmNodeConfig):
+    if cfg.backend == "sim":
+        return SimArm(cfg.task, cfg.sim_engine, cfg.seed, ControlLimits(control_hz=cfg.control_hz))
+    raise ValueError(f"unknown arm backend {cfg.backend!r}; available: sim (real arms implement drivers.arm.ArmBackend)")
+
+
+class ArmNode(Node):
+    def __init__(self):
+        super().__init__("arm")
+        self.cfg = cfg = declare_config(self, ArmNodeConfig)
+        self.limits = ControlLimits(control_hz=cfg.control_hz)
+        self.backend = make_backend(cfg)
+        self.backend.reset()
+        self.supervisor = ArmSupervisor(self.limits, self.backend.safety_box, cfg.watchdog_periods)
+        self.drops = msgs.DropCounter(self.get_logger().warning)
+        q = topics.qos_sensor()
+        self.pub_joints = self.create_publisher(JointState, topics.JOINT_STATES, q)
+        self.pub_pose = self.create_publisher(PoseStamped, topics.TCP_POSE, q)
+        self.pub_twist = self.create_publisher(TwistStamped, topics.TCP_TWIST, q)
+        self.pub_wrench = self.create_publisher(msgs.WrenchStamped, topics.WRENCH, q)
+        self.pub_width = self.create_publisher(Float32, topics.GRIPPER_WIDTH, q)
+        self.pub_status = self.create_publisher(String, topics.ARM_STATUS, topics.qos_latched())
+        self.pub_scene = self.create_publisher(Float64MultiArray, topics.SIM_SCENE, q) if cfg.backend == "sim" else None
+        self.pub_success = self.create_publisher(Bool, topics.SIM_SUCCESS, q) if cfg.backend == "sim" else None
+        self.create_subscription(TwistStamped, topics.VELOCITY_COMMAND, self.on_velocity, 10)
+        self.create_subscription(PoseStamped, topics.POSE_COMMAND, self.on_pose, 10)
+        self.create_subscription(Float32, topics.GRIPPER_COMMAND, self.on_gripper, 10)
+        self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
+        self.create_service(Trigger, topics.RESET, self.on_reset)
+        self.create_service(Trigger, topics.RELEASE_ESTOP, self.on_release)
+        self.ticks = 0
+        self.last_mode = None
+        self.timer = self.create_timer(1.0 / cfg.control_hz, self.tick)
+        self.publish_state()
+        self.get_logger().info(f"arm ({cfg.backend}, {cfg.task}) at {cfg.control_hz:g} Hz; watchdog "
+                               f"{cfg.watchdog_periods:g} periods")
+
+    # ---- commands ------------------------------------------------------------------
+    def on_velocity(self, msg):
+        try:
+            delta = msgs.twist_to_delta(msg, self.limits.max_translation_m, self.limits.max_rotation_rad,
+                                        self.limits.control_hz)
+        except msgs.MessageError as e:
+            return self.drops.drop("velocity command", str(e))
+        self.supervisor.command_velocity(delta)
+
+    def on_pose(self, msg):
+        try:
+            pos, quat = msgs.pose_from_msg(msg)
+        except msgs.MessageError as e:
+            return self.drops.drop("pose command", str(e))
+        self.supervisor.command_pose(pos, quat)
+
+    def on_gripper(self, msg):
+        if not np.isfinite(msg.data):
+            return self.drops.drop("gripper command", f"{msg.data}")
+        self.supervisor.command_gripper(msg.data)
+
+    def on_estop(self, msg):
+        if msg.data and not self.supervisor.estopped:
+            self.supervisor.estop()
+            self.get_logger().error("E-STOP: holding position until arm/release_estop is called")
+            self.publish_status()
+
+    def on_release(self, request, response):
+        self.supervisor.release()
+        self.get_logger().warning("e-stop released")
+        self.publish_status()
+        response.success, response.message = True, "released"
+        return response
+
+    def on_reset(self, request, response):
+        if self.supervisor.estopped:
+            response.success, response.message = False, "e-stop is latched: release it first"
+            return response
+        self.backend.reset()
+        self.supervisor.reset()
+        self.publish_state()
+        response.success, response.message = True, f"episode {getattr(self.backend, 'episode', 0)}"
+        return response
+
+    # ---- control loop --------------------------------------------------------------
+    def tick(self):
+        action = self.supervisor.action(self.backend.state())
+        self.backend.apply(action)
+        self.ticks += 1
+        self.publish_state()
+        if self.supervisor.mode != self.last_mode or self.ticks % int(self.cfg.control_hz) == 0:
+            if self.supervisor.mode == "watchdog" and self.last_mode != "watchdog":
+                self.get_logger().warning("no command for "
+                                          f"{self.cfg.watchdog_periods:g} control periods: holding position")
+            self.last_mode = self.supervisor.mode
+            self.publish_status()
+
+    def publish_state(self):
+        now = time.time_ns()
+        state = self.backend.state()
+        frame = self.cfg.frame_id
+        names, q, qd = self.backend.joint_state()
+        js = JointState(header=msgs.header(now, frame), name=names, position=q.tolist(), velocity=qd.tolist())
+        self.pub_joints.publish(js)
+        self.pub_pose.publish(msgs.pose_msg(state, now, frame))
+        self.pub_twist.publish(msgs.twist_msg(state, now, frame))
+        self.pub_wrench.publish(msgs.wrench_msg(state, now, frame))
+        self.pub_width.publish(Float32(data=float(state[STATE_SLICES["gripper_width"]][0])))
+        if self.pub_scene is not None:
+            scene = self.backend.scene_state()
+            self.pub_scene.publish(Float64MultiArray(data=[now / 1e9, *scene.tolist()]))
+            self.pub_success.publish(Bool(data=bool(self.backend.success)))
+
+    def publish_status(self):
+        s = self.supervisor
+        self.pub_status.publish(String(data=status_json(mode=s.mode, estopped=s.estopped, ticks=self.ticks,
+                                                        counts=s.counts, dropped=self.drops.counts)))
+
+    def close(self):
+        self.backend.close()
+
+
+def main(args=None) -> None:
+    run(ArmNode, args)
+
+
+if __name__ == "__main__":
+    main()

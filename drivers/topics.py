@@ -1,0 +1,64 @@
+"""Topic and service names every node agrees on (relative: a namespace or remapping moves them),
+and the QoS of each kind of traffic."""
+
+from __future__ import annotations
+
+# arm driver: state out
+JOINT_STATES = "arm/joint_states"  # sensor_msgs/JointState
+TCP_POSE = "arm/tcp_pose"  # geometry_msgs/PoseStamped, base frame
+TCP_TWIST = "arm/tcp_twist"  # geometry_msgs/TwistStamped
+WRENCH = "arm/wrench"  # geometry_msgs/WrenchStamped, external wrench on the end effector
+GRIPPER_WIDTH = "arm/gripper_width"  # std_msgs/Float32, metres
+ARM_STATUS = "arm/status"  # std_msgs/String, JSON: mode, e-stop, counters
+# arm driver: commands in
+VELOCITY_COMMAND = "arm/command/velocity"  # geometry_msgs/TwistStamped (m/s, rad/s, base frame)
+POSE_COMMAND = "arm/command/pose"  # geometry_msgs/PoseStamped target
+GRIPPER_COMMAND = "arm/command/gripper"  # std_msgs/Float32: > 0.5 close, < -0.5 open
+ESTOP = "arm/estop"  # std_msgs/Bool: True latches the e-stop
+RESET = "arm/reset"  # std_srvs/Trigger: new episode (sim: new scene), arm to home
+RELEASE_ESTOP = "arm/release_estop"  # std_srvs/Trigger
+# sim twin only
+SIM_SCENE = "sim/scene"  # std_msgs/Float64MultiArray: the scene state sim cameras render
+SIM_SUCCESS = "sim/success"  # std_msgs/Bool: ground truth, for evaluation and the sim reward
+
+
+def camera_image(name: str) -> str:
+    return f"cameras/{name}/image"  # sensor_msgs/Image
+
+
+def camera_info(name: str) -> str:
+    return f"cameras/{name}/camera_info"  # sensor_msgs/CameraInfo
+
+
+# teleop (the teleop issue publishes these; the actor listens from now on)
+TELEOP_ACTION = "teleop/action"  # std_msgs/Float32MultiArray: the contract action [7]
+TELEOP_INTERVENING = "teleop/intervening"  # std_msgs/Bool: the human holds the controls
+TELEOP_EVENTS = "teleop/events"  # std_msgs/String: "success", "failure", "reset"
+# learning
+TRANSITIONS = "learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (actor -> learner)
+WEIGHTS = "learner/weights"  # std_msgs/UInt8MultiArray: wire frame, transient local (learner -> actors)
+LEARNER_STATUS = "learner/status"  # std_msgs/String, JSON
+EPISODES = "recorder/episodes"  # std_msgs/UInt8MultiArray: one finished episode per message
+
+
+def qos_sensor(depth: int = 2):
+    """Latest-value streams (images, state): best effort would drop on loopback under load,
+    so reliable with a short queue: a slow reader gets the newest frames."""
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def qos_data(depth: int = 1000):
+    """Transitions and episodes: reliable, bounded."""
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def qos_latched():
+    """Weights and the e-stop: the newest value reaches a subscriber that joins late."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)

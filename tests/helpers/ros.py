@@ -1,0 +1,104 @@
+"""Real ROS 2 in tests: nodes as separate processes on a private DDS domain over loopback, and
+an in-process probe node to publish, subscribe and call services. Everything is bounded in
+time and cleaned up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def ros_environment(domain_id: int) -> dict:
+    env = dict(os.environ)
+    env.update(ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", MUJOCO_GL="egl",
+               PYTHONUNBUFFERED="1")
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    return env
+
+
+def free_domain_id() -> int:
+    return 100 + os.getpid() % 100  # 100..199: private to this test process
+
+
+@contextlib.contextmanager
+def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path, name: str | None = None):
+    """``python -m module --ros-args -p k:=v ...``; SIGTERM (then SIGKILL) on exit."""
+    args = [sys.executable, "-m", module, "--ros-args"]
+    for key, value in (params or {}).items():
+        if isinstance(value, bool):
+            value = str(value).lower()
+        args += ["-p", f"{key}:={value}"]
+    log = Path(log_dir) / f"{name or module.rsplit('.', 1)[-1]}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, env=ros_environment(domain_id), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+class Probe:
+    """A test-side node in its own rclpy context on the given domain."""
+
+    def __init__(self, domain_id: int, name: str = "probe"):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+
+        os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        self.node = Node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def subscribe(self, msg_type, topic: str, qos, keep: int = 10_000) -> list:
+        """Received messages with their arrival time: [(time.time(), msg), ...]."""
+        received: list = []
+
+        def on_msg(msg):
+            received.append((time.time(), msg))
+            del received[:-keep]
+
+        self.node.create_subscription(msg_type, topic, on_msg, qos)
+        return received
+
+    def spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=min(0.02, max(0.0, end - time.monotonic())))
+
+    def spin_until(self, condition, timeout: float, what: str = "condition") -> None:
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def call(self, srv_type, name: str, timeout: float = 10.0):
+        client = self.node.create_client(srv_type, name)
+        self.spin_until(lambda: client.service_is_ready(), timeout, f"service {name}")
+        future = client.call_async(srv_type.Request())
+        self.spin_until(future.done, timeout, f"reply from {name}")
+        return future.result()
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()

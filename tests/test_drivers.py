@@ -1,0 +1,362 @@
+"""Camera and arm drivers: the plain logic without ROS, then the nodes over real ROS 2 (DDS on
+loopback, a private domain), and the RealSense path through librealsense's software device."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from robot_rl.contract import STATE_SLICES, ControlLimits, SafetyBox
+from robot_rl.drivers.arm import ArmSupervisor, SimArm
+from robot_rl.drivers.camera import CameraError, SimCamera, crop_resize, parse_crop
+
+rclpy = pytest.importorskip("rclpy", reason="ROS 2 wheels (pip install robot-rl[ros])")
+import rclpy.executors  # noqa: E402
+from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+from std_msgs.msg import Bool, Float32, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from robot_rl.drivers import messages as msgs  # noqa: E402
+from robot_rl.drivers import topics  # noqa: E402
+from tests.helpers.ros import Probe, free_domain_id, node_process  # noqa: E402
+
+LIMITS = ControlLimits()
+BOX = SafetyBox(low=(0.3, -0.25, 0.01), high=(0.7, 0.25, 0.35))
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def state_at(pos, quat=(0.0, 1.0, 0.0, 0.0)) -> np.ndarray:
+    state = np.zeros(20, np.float32)
+    state[STATE_SLICES["tcp_pos"]] = pos
+    state[STATE_SLICES["tcp_quat"]] = quat
+    return state
+
+
+# ----------------------------------------------------------------------- supervisor (no ROS)
+def test_watchdog_holds_after_two_silent_periods():
+    clock = FakeClock()
+    sup = ArmSupervisor(LIMITS, BOX, watchdog_periods=2, clock=clock)
+    here = state_at([0.5, 0.0, 0.2])
+    sup.command_velocity(np.array([1.0, 0, 0, 0, 0, 0]))
+    clock.t = 0.15  # 1.5 periods: the command still counts
+    assert sup.action(here)[0] == pytest.approx(1.0) and sup.mode == "velocity"
+    clock.t = 0.21  # past 2 periods: hold where the silence began
+    held = sup.action(here)
+    assert sup.mode == "watchdog" and np.allclose(held[:6], 0, atol=1e-6) and sup.counts["watchdog_holds"] == 1
+    # the arm drifted 1 cm: the hold pulls it back to where it was
+    back = sup.action(state_at([0.51, 0.0, 0.2]))
+    assert back[0] == pytest.approx(-0.01 / LIMITS.max_translation_m, rel=1e-4)
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))  # a new command resumes
+    assert sup.action(here)[2] == pytest.approx(1.0) and sup.mode == "velocity"
+
+
+def test_estop_latches_ignores_commands_until_released():
+    clock = FakeClock()
+    sup = ArmSupervisor(LIMITS, BOX, clock=clock)
+    here = state_at([0.5, 0.0, 0.2])
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))
+    sup.estop()
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))
+    sup.command_gripper(1.0)
+    assert sup.counts["ignored_estopped"] == 2
+    for _ in range(3):
+        clock.t += 0.1
+        act = sup.action(here)
+        assert sup.mode == "estop" and np.allclose(act[:6], 0, atol=1e-6) and act[6] == 0
+    sup.release()
+    act = sup.action(here)
+    assert np.allclose(act[:6], 0, atol=1e-6)  # still holding: release is not a command
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))
+    assert sup.action(here)[2] == pytest.approx(1.0)
+
+
+def test_velocity_limits_and_workspace_box_clip_commands():
+    sup = ArmSupervisor(LIMITS, BOX, clock=FakeClock())
+    sup.command_velocity(np.array([5.0, -3.0, 0, 0, 0, 0.5]))
+    act = sup.action(state_at([0.5, 0.0, 0.2]))
+    assert act[0] == 1.0 and act[1] == -1.0 and act[5] == pytest.approx(0.5) and sup.counts["clipped_velocity"] == 1
+    # 1 cm below the box's ceiling: a full step up is cut to the ceiling
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))
+    act = sup.action(state_at([0.5, 0.0, 0.34]))
+    assert act[2] == pytest.approx(0.01 / LIMITS.max_translation_m, rel=1e-3) and sup.counts["clipped_workspace"] == 1
+
+
+def test_pose_command_moves_at_most_the_velocity_limit():
+    sup = ArmSupervisor(LIMITS, BOX, clock=FakeClock())
+    sup.command_pose(np.array([0.6, 0.0, 0.2]), np.array([0.0, 1.0, 0.0, 0.0]))
+    far = sup.action(state_at([0.4, 0.0, 0.2]))
+    assert far[0] == 1.0 and np.allclose(far[1:6], 0, atol=1e-6)
+    near = sup.action(state_at([0.59, 0.0, 0.2]))
+    assert near[0] == pytest.approx(0.01 / LIMITS.max_translation_m, rel=1e-3)
+    sup.command_pose(np.array([0.9, 0.0, 0.2]), np.array([0.0, 1.0, 0.0, 0.0]))  # outside the box
+    assert sup.action(state_at([0.69, 0.0, 0.2]))[0] == pytest.approx(0.01 / LIMITS.max_translation_m, rel=1e-3)
+
+
+# ------------------------------------------------------------------------- messages (no DDS)
+def test_image_messages_round_trip_and_reject_bad_ones():
+    img = np.random.default_rng(0).integers(0, 255, (12, 16, 3), dtype=np.uint8)
+    msg = msgs.image_to_msg(img, 1_700_000_000_123_456_789, "front")
+    assert msg.encoding == "rgb8" and msgs.ns_from_stamp(msg.header.stamp) == 1_700_000_000_123_456_789
+    assert np.array_equal(msgs.image_from_msg(msg, (12, 16)), img)
+    bgr = msgs.image_to_msg(img[:, :, ::-1], 0)
+    bgr.encoding = "bgr8"
+    assert np.array_equal(msgs.image_from_msg(bgr), img)
+    with pytest.raises(msgs.MessageError, match="expected 64x64"):
+        msgs.image_from_msg(msg, (64, 64))
+    mono = msgs.image_to_msg(img, 0)
+    mono.encoding = "mono16"
+    with pytest.raises(msgs.MessageError, match="encoding 'mono16'"):
+        msgs.image_from_msg(mono)
+    short = msgs.image_to_msg(img, 0)
+    short.data = bytes(10)
+    with pytest.raises(msgs.MessageError, match="10 bytes"):
+        msgs.image_from_msg(short)
+
+
+def test_commands_with_nan_are_rejected():
+    tw = msgs.delta_to_twist(np.array([1.0, -0.5, 0, 0, 0, 1.0]), 0, 0.03, 0.15, 10.0)
+    assert np.allclose(msgs.twist_to_delta(tw, 0.03, 0.15, 10.0), [1.0, -0.5, 0, 0, 0, 1.0])
+    tw.twist.linear.x = float("nan")
+    with pytest.raises(msgs.MessageError, match="NaN"):
+        msgs.twist_to_delta(tw, 0.03, 0.15, 10.0)
+    pose = PoseStamped()
+    pose.pose.orientation.w = 0.0
+    with pytest.raises(msgs.MessageError, match="zero quaternion"):
+        msgs.pose_from_msg(pose)
+    pose.pose.orientation.w, pose.pose.position.z = 1.0, float("inf")
+    with pytest.raises(msgs.MessageError, match="NaN or inf"):
+        msgs.pose_from_msg(pose)
+
+
+def test_drop_counter_warns_at_a_bounded_rate():
+    clock, warnings = FakeClock(), []
+    drops = msgs.DropCounter(warnings.append, every_s=5.0, clock=clock)
+    for i in range(100):
+        clock.t = i * 0.1  # 10 s of bad input at 10 Hz
+        drops.drop("image", "wrong size")
+    assert drops.counts == {"image": 100} and len(warnings) == 2 and "(51 so far)" in warnings[1]
+
+
+# -------------------------------------------------------------------------- sim camera / arm
+def test_sim_camera_renders_what_the_arm_simulates():
+    arm = SimArm("PickCube", seed=3)
+    arm.reset()
+    for _ in range(5):
+        arm.apply(np.array([0.5, 0.2, -0.5, 0, 0, 0.3, 0], np.float32))
+    camera = SimCamera("wrist", "PickCube", (32, 32))
+    camera.set_scene(arm.scene_state(), 123)
+    frame = camera.read()
+    expected = arm.env.backend.render("wrist", 32, 32)
+    assert frame.stamp_ns == 123 and np.array_equal(frame.image, expected)
+    with pytest.raises(ValueError, match="scene state has"):
+        camera.set_scene(np.zeros(3), 0)
+    with pytest.raises(CameraError, match="no camera 'top'"):
+        SimCamera("top")
+    camera.close()
+    arm.close()
+
+
+def test_crop_and_resize():
+    img = np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3)
+    assert crop_resize(img, parse_crop("8,16,32,32"), None).shape == (32, 32, 3)
+    assert np.array_equal(crop_resize(img, (8, 16, 32, 32), None), img[8:40, 16:48])
+    assert crop_resize(img, None, (24, 24)).shape == (24, 24, 3)
+    with pytest.raises(CameraError, match="outside"):
+        crop_resize(img, (40, 0, 32, 32), None)
+    with pytest.raises(CameraError, match="top,left,height,width"):
+        parse_crop("1,2,3")
+
+
+# ------------------------------------------------------------------- RealSense, no camera
+def software_realsense(width=64, height=48, fps=30):
+    rs = pytest.importorskip("pyrealsense2", reason="pyrealsense2 (pip install robot-rl[realsense])")
+    dev = rs.software_device()
+    dev.register_info(rs.camera_info.serial_number, "000111222")
+    sensor = dev.add_sensor("RGB Camera")
+    intr = rs.intrinsics()
+    intr.width, intr.height, intr.fx, intr.fy, intr.ppx, intr.ppy = width, height, 60.0, 60.0, width / 2, height / 2
+    intr.model, intr.coeffs = rs.distortion.none, [0.0] * 5
+    vs = rs.video_stream()
+    vs.type, vs.index, vs.uid, vs.width, vs.height, vs.fps, vs.bpp = rs.stream.color, 0, 0, width, height, fps, 3
+    vs.fmt, vs.intrinsics = rs.format.rgb8, intr
+    profile = sensor.add_video_stream(vs)
+
+    def inject(image: np.ndarray, number: int, device_ms: float):
+        frame = rs.software_video_frame()
+        frame.pixels, frame.bpp, frame.stride = np.ascontiguousarray(image), 3, width * 3
+        frame.timestamp, frame.domain, frame.frame_number = device_ms, rs.timestamp_domain.hardware_clock, number
+        frame.profile = profile.as_video_stream_profile()
+        sensor.on_video_frame(frame)
+
+    return dev, inject
+
+
+def test_realsense_camera_reads_injected_frames_with_device_spacing():
+    from robot_rl.drivers.camera import RealSenseCamera
+
+    dev, inject = software_realsense()
+    with pytest.raises(CameraError, match="no 640x480 colour stream at 30 fps"):
+        RealSenseCamera(width=640, height=480, fps=30, device=dev)
+    cam = RealSenseCamera(width=64, height=48, fps=30, crop="0,8,48,48", size=(24, 24), device=dev)
+    images = [np.full((48, 64, 3), 20 * i, np.uint8) for i in range(4)]
+    stamps = []
+    for i, img in enumerate(images):
+        inject(img, i, 5000.0 + 33.0 * i)
+        frame = cam.read(timeout_s=2.0)
+        assert frame.number == i and frame.image.shape == (24, 24, 3) and frame.image[0, 0, 0] == 20 * i
+        stamps.append(frame.stamp_ns)
+        time.sleep(0.031)  # the device's frame period, less reading time
+    # device spacing, shortened only when a frame arrives sooner than any before (a better offset)
+    spacing = np.diff(stamps) / 1e6
+    assert np.all(spacing <= 33.0 + 1e-3) and np.all(spacing >= 33.0 - 10.0)
+    assert abs(stamps[-1] - time.time_ns()) < 1e9
+    fx, fy, cx, cy = cam.camera_info_intrinsics()
+    assert fx == pytest.approx(30.0) and cx == pytest.approx((32 - 8) / 2)
+    cam.close()
+
+
+def test_realsense_frames_reach_a_ros_topic():
+    from robot_rl.drivers.camera import RealSenseCamera
+    from robot_rl.drivers.camera_node import CameraNode
+
+    dev, inject = software_realsense()
+    domain = free_domain_id()
+    probe = Probe(domain)
+    images = probe.subscribe(Image, topics.camera_image("wrist"), topics.qos_sensor(10))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain,
+               args=["--ros-args", "-p", "name:=wrist", "-p", "backend:=realsense", "-p", "height:=48",
+                     "-p", "width:=64"])
+    camera = RealSenseCamera(width=64, height=48, fps=30, device=dev)
+    node = CameraNode(camera=camera, context=context)
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        probe.spin_for(1.0)  # discovery
+        sent = [np.random.default_rng(i).integers(0, 255, (48, 64, 3), dtype=np.uint8) for i in range(5)]
+        for i, img in enumerate(sent):
+            inject(img, i, 1000.0 + 33.3 * i)
+            probe.spin_for(0.1)
+        probe.spin_until(lambda: len(images) >= 5, 10, "5 images")
+        got = [m for _, m in images[-5:]]
+        assert all(m.encoding == "rgb8" and (m.height, m.width) == (48, 64) and m.header.frame_id == "wrist" for m in got)
+        assert np.array_equal(msgs.image_from_msg(got[-1]), sent[-1])
+        stamps = [msgs.ns_from_stamp(m.header.stamp) for m in got]
+        assert all(b > a for a, b in zip(stamps, stamps[1:]))
+    finally:
+        executor.shutdown()
+        node.close()
+        node.destroy_node()
+        context.try_shutdown()
+        spinner.join(5)
+        probe.close()
+
+
+# -------------------------------------------------------------------- nodes over real DDS
+@pytest.fixture
+def sim_cell(tmp_path):
+    domain = free_domain_id()
+    with node_process("robot_rl.drivers.arm_node", {"seed": 1}, domain, tmp_path) as arm, \
+            node_process("robot_rl.drivers.camera_node", {"name": "front", "height": 32, "width": 32}, domain,
+                         tmp_path, "camera_front") as cam:
+        probe = Probe(domain)
+        try:
+            yield probe, (arm, cam), tmp_path
+        finally:
+            probe.close()
+
+
+def z_of(poses) -> float:
+    return poses[-1][1].pose.position.z
+
+
+def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
+    probe, (arm, cam), logs = sim_cell
+    poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+    images = probe.subscribe(Image, topics.camera_image("front"), topics.qos_sensor(50))
+    status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+    probe.spin_until(lambda: len(poses) > 5 and len(images) > 5, 60, "arm state and camera frames")
+    img = images[-1][1]
+    assert (img.height, img.width, img.encoding) == (32, 32, "rgb8")
+    # frames are stamped with the scene instant they show, which the arm published
+    pose_stamps = {msgs.ns_from_stamp(m.header.stamp) for _, m in poses}
+    assert abs(msgs.ns_from_stamp(img.header.stamp) - min(pose_stamps, key=lambda s: abs(s - msgs.ns_from_stamp(img.header.stamp)))) < 1e6
+
+    velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+    up = msgs.delta_to_twist(np.array([0, 0, 1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
+    z0 = z_of(poses)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        velocity.publish(up)
+        probe.spin_for(0.05)
+    assert z_of(poses) > z0 + 0.05  # about 0.3 m/s for 1 s, clipped by the box's ceiling
+    # watchdog: silence -> motion stops within 2 control periods (+ one period in flight)
+    t_last = time.time()
+    probe.spin_for(1.0)
+    moving = [t for t, m in poses if t > t_last and abs(m.pose.position.z - z_of(poses)) > 1e-3]
+    assert max(moving, default=t_last) - t_last <= 0.35
+    probe.spin_until(lambda: json.loads(status[-1][1].data)["mode"] == "watchdog", 5, "watchdog status")
+
+    # e-stop latches: commands are ignored until released
+    estop = probe.node.create_publisher(Bool, topics.ESTOP, topics.qos_latched())
+    estop.publish(Bool(data=True))
+    probe.spin_until(lambda: json.loads(status[-1][1].data)["estopped"], 5, "e-stop status")
+    down = msgs.delta_to_twist(np.array([0, 0, -1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
+    z_stop = z_of(poses)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        velocity.publish(down)
+        probe.spin_for(0.05)
+    assert abs(z_of(poses) - z_stop) < 2e-3
+    assert probe.call(Trigger, topics.RESET).success is False  # no reset while e-stopped
+    estop.publish(Bool(data=False))  # not a release
+    probe.spin_for(0.3)
+    assert json.loads(status[-1][1].data)["estopped"] is True
+    assert probe.call(Trigger, topics.RELEASE_ESTOP).success
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        velocity.publish(down)
+        probe.spin_for(0.05)
+    assert z_of(poses) < z_stop - 0.05
+    assert probe.call(Trigger, topics.RESET).success
+
+
+def test_malformed_commands_never_crash_the_arm(sim_cell):
+    probe, (arm, cam), logs = sim_cell
+    status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+    poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+    probe.spin_until(lambda: len(poses) > 3, 60, "arm state")
+    velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+    pose_pub = probe.node.create_publisher(PoseStamped, topics.POSE_COMMAND, 10)
+    gripper = probe.node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
+    nan_twist = TwistStamped()
+    nan_twist.twist.linear.x = float("nan")
+    zero_quat = PoseStamped()
+    zero_quat.pose.orientation.w = 0.0
+    huge = msgs.delta_to_twist(np.array([50.0, 0, 0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
+    for _ in range(5):
+        velocity.publish(nan_twist)
+        pose_pub.publish(zero_quat)
+        gripper.publish(Float32(data=float("inf")))
+        probe.spin_for(0.05)
+    velocity.publish(huge)
+    probe.spin_for(0.5)
+    probe.spin_until(lambda: json.loads(status[-1][1].data)["dropped"].get("velocity command", 0) >= 5, 10,
+                     "dropped counts")
+    report = json.loads(status[-1][1].data)
+    assert report["dropped"]["pose command"] >= 5 and report["dropped"]["gripper command"] >= 5
+    assert report["counts"]["clipped_velocity"] >= 1
+    assert arm.poll() is None and cam.poll() is None
+    assert "dropped velocity command" in (logs / "arm_node.log").read_text()
