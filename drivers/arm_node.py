@@ -57,10 +57,12 @@ class ArmNode(Node):
         self.pub_pose = self.create_publisher(PoseStamped, topics.TCP_POSE, q)
         self.pub_twist = self.create_publisher(TwistStamped, topics.TCP_TWIST, q)
         self.pub_wrench = self.create_publisher(msgs.WrenchStamped, topics.WRENCH, q)
-        self.pub_width = self.create_publisher(Float32, topics.GRIPPER_WIDTH, q)
+        self.pub_gripper = self.create_publisher(JointState, topics.GRIPPER_STATE, q)
         self.pub_status = self.create_publisher(String, topics.ARM_STATUS, topics.qos_latched())
         self.pub_scene = self.create_publisher(Float64MultiArray, topics.SIM_SCENE, q) if cfg.backend == "sim" else None
-        self.pub_success = self.create_publisher(Bool, topics.SIM_SUCCESS, q) if cfg.backend == "sim" else None
+        sim = cfg.backend == "sim"
+        self.pub_success = self.create_publisher(Float64MultiArray, topics.SIM_SUCCESS, q) if sim else None
+        self.pub_objects = self.create_publisher(Float64MultiArray, topics.SIM_OBJECTS, q) if sim else None
         self.create_subscription(TwistStamped, topics.VELOCITY_COMMAND, self.on_velocity, 10)
         self.create_subscription(PoseStamped, topics.POSE_COMMAND, self.on_pose, 10)
         self.create_subscription(Float32, topics.GRIPPER_COMMAND, self.on_gripper, 10)
@@ -141,11 +143,15 @@ class ArmNode(Node):
         self.pub_pose.publish(msgs.pose_msg(state, now, frame))
         self.pub_twist.publish(msgs.twist_msg(state, now, frame))
         self.pub_wrench.publish(msgs.wrench_msg(state, now, frame))
-        self.pub_width.publish(Float32(data=float(state[STATE_SLICES["gripper_width"]][0])))
+        width = float(state[STATE_SLICES["gripper_width"]][0])
+        self.pub_gripper.publish(JointState(header=msgs.header(now, frame), name=["width"], position=[width]))
         if self.pub_scene is not None:
             scene = self.backend.scene_state()
             self.pub_scene.publish(Float64MultiArray(data=[now / 1e9, *scene.tolist()]))
-            self.pub_success.publish(Bool(data=bool(self.backend.success)))
+            self.pub_success.publish(Float64MultiArray(data=[now / 1e9, float(self.backend.success)]))
+            privileged = self.backend.privileged()
+            poses = [float(v) for k in sorted(privileged) for v in privileged[k]]
+            self.pub_objects.publish(Float64MultiArray(data=[now / 1e9, *poses]))
 
     def publish_status(self):
         s = self.supervisor

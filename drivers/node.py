@@ -9,20 +9,25 @@ import sys
 
 
 def declare_config(node, config_cls):
-    """Declare one ROS parameter per dataclass field (tuples as lists) and build the config
-    from their values: the node takes the same config as the Python API."""
+    """Declare one ROS parameter per dataclass field and build the config from their values:
+    the node takes the same config as the Python API. Tuples are typed arrays (``-p
+    cameras:=[front,wrist]``; ``[]`` is the empty tuple); ``None`` defaults are ``""``."""
+    from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+
     values = {}
     for f in dataclasses.fields(config_cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        descriptor = ParameterDescriptor()
         if isinstance(default, tuple):
-            default = list(default)
-        if default is None:
-            default = ""
-        value = node.declare_parameter(f.name, default).value
-        if isinstance(f.default, tuple):
-            value = tuple(value)
-        if f.default is None and value == "":
-            value = None
+            kind = type(default[0]) if default else str
+            descriptor.type = {str: ParameterType.PARAMETER_STRING_ARRAY, int: ParameterType.PARAMETER_INTEGER_ARRAY,
+                               float: ParameterType.PARAMETER_DOUBLE_ARRAY}[kind]
+            value = node.declare_parameter(f.name, list(default), descriptor).value
+            value = tuple(value) if value is not None else ()
+        else:
+            value = node.declare_parameter(f.name, "" if default is None else default).value
+            if default is None and value == "":
+                value = None
         values[f.name] = value
     return config_cls(**values)
 
@@ -52,4 +57,52 @@ def run(node_factory, args=None) -> None:
             if close is not None:
                 close()
             node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def spin_in_background(node):
+    """Spin ``node`` on a daemon thread (the caller's thread runs a blocking loop: the actor's
+    control loop, the learner's updates); returns the executor to shut down."""
+    import threading
+
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+
+    def spin():
+        try:
+            executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    threading.Thread(target=spin, daemon=True, name=f"{node.get_name()}-executor").start()
+    return executor
+
+
+def run_loop(node_factory, args=None) -> None:
+    """For nodes whose work is a loop (``node.loop(stop)``) rather than callbacks: callbacks
+    spin in the background; SIGTERM / Ctrl-C end the loop; ``node.close()`` runs at the end."""
+    import threading
+
+    import rclpy
+
+    rclpy.init(args=args if args is not None else sys.argv)
+    node = node_factory()
+    executor = spin_in_background(node)
+    stop = threading.Event()
+    try:
+        node.loop(stop)
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        if rclpy.ok():
+            raise
+    finally:
+        stop.set()
+        close = getattr(node, "close", None)
+        if close is not None:
+            close()
+        executor.shutdown()
+        node.destroy_node()
         rclpy.try_shutdown()

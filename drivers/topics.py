@@ -8,7 +8,7 @@ JOINT_STATES = "arm/joint_states"  # sensor_msgs/JointState
 TCP_POSE = "arm/tcp_pose"  # geometry_msgs/PoseStamped, base frame
 TCP_TWIST = "arm/tcp_twist"  # geometry_msgs/TwistStamped
 WRENCH = "arm/wrench"  # geometry_msgs/WrenchStamped, external wrench on the end effector
-GRIPPER_WIDTH = "arm/gripper_width"  # std_msgs/Float32, metres
+GRIPPER_STATE = "arm/gripper_state"  # sensor_msgs/JointState, name ["width"], position [metres between the pads]
 ARM_STATUS = "arm/status"  # std_msgs/String, JSON: mode, e-stop, counters
 # arm driver: commands in
 VELOCITY_COMMAND = "arm/command/velocity"  # geometry_msgs/TwistStamped (m/s, rad/s, base frame)
@@ -19,7 +19,8 @@ RESET = "arm/reset"  # std_srvs/Trigger: new episode (sim: new scene), arm to ho
 RELEASE_ESTOP = "arm/release_estop"  # std_srvs/Trigger
 # sim twin only
 SIM_SCENE = "sim/scene"  # std_msgs/Float64MultiArray: the scene state sim cameras render
-SIM_SUCCESS = "sim/success"  # std_msgs/Bool: ground truth, for evaluation and the sim reward
+SIM_SUCCESS = "sim/success"  # std_msgs/Float64MultiArray [stamp_s, 0|1]: ground truth
+SIM_OBJECTS = "sim/objects"  # std_msgs/Float64MultiArray [stamp_s, poses of the task's objects, sorted by name]
 
 
 def camera_image(name: str) -> str:
@@ -37,7 +38,7 @@ TELEOP_EVENTS = "teleop/events"  # std_msgs/String: "success", "failure", "reset
 # learning
 TRANSITIONS = "learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (actor -> learner)
 WEIGHTS = "learner/weights"  # std_msgs/UInt8MultiArray: wire frame, transient local (learner -> actors)
-LEARNER_STATUS = "learner/status"  # std_msgs/String, JSON
+LEARNER_EVENTS = "learner/events"  # std_msgs/UInt8MultiArray: status, checkpoint_saved, error (wire frames)
 EPISODES = "recorder/episodes"  # std_msgs/UInt8MultiArray: one finished episode per message
 
 

@@ -84,3 +84,31 @@ def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=
 
         env = ClassifierReward(env, classifier, calibration)
     return FlatObservation(env, obs)
+
+
+class SpecEnv(gym.Env):
+    """A cell's observation and action spaces with no robot or simulator behind them: what a
+    learner on another machine needs to shape its buffers and networks (and what store checks
+    compare against)."""
+
+    def __init__(self, task: str, cameras: tuple[str, ...] = (), image_size=(64, 64), privileged: bool = False):
+        from robot_rl import contract
+        from robot_rl.sim.tasks import get_task
+
+        self.task = get_task(task)
+        self.cameras = tuple(cameras)
+        self.observation_space = contract.observation_space(tuple(image_size) if self.cameras else None, self.cameras,
+                                                            self.task.privileged_sizes() if privileged else None)
+        self.action_space = contract.action_space()
+
+    def reset(self, *, seed=None, options=None):
+        raise RuntimeError("SpecEnv only describes spaces; it has no robot to reset")
+
+    def step(self, action):
+        raise RuntimeError("SpecEnv only describes spaces; it has no robot to step")
+
+
+def spec_env(task: str, obs: str = "state", cameras: tuple[str, ...] = ("front", "wrist"), image_size=(64, 64)) -> FlatObservation:
+    """The learner's view of a cell without the cell: state mode needs the sim's object poses,
+    pixel mode the cameras."""
+    return FlatObservation(SpecEnv(task, cameras if obs == "pixels" else (), image_size, privileged=obs == "state"), obs)

@@ -1,0 +1,190 @@
+"""``actor_node``: the policy acting on the robot at the control rate.
+
+Observations come from the arm and camera topics (``RosArmEnv``: stale frames are rejected with
+a log line); the reward is the sim's ground truth or a success classifier (``reward_classifier``);
+the teleop layer may take over (``teleop/intervening`` + ``teleop/action``: the human's action is
+executed and flagged). Every transition goes to the learner, every finished episode to the
+recorder; new weights are swapped in between control steps. Nothing here waits for the learner:
+with the learner gone the actor keeps its rate with the last weights it has.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+import torch
+from rclpy.node import Node
+from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
+
+from robot_rl.agents.sac import SACAgent
+from robot_rl.contract import ControlLimits
+from robot_rl.data.recorder import EpisodeRecorder, store_fields
+from robot_rl.drivers import messages as msgs
+from robot_rl.drivers import topics
+from robot_rl.drivers.node import declare_config, run_loop, status_json
+from robot_rl.drivers.ros_env import RosArmEnv
+from robot_rl.drivers.ros_transport import actor_endpoint
+from robot_rl.envs import FlatObservation
+from robot_rl.runtime.learner import transition_arrays
+from robot_rl.runtime.wire import encode
+from robot_rl.train import TrainConfig, agent_config_for
+
+
+@dataclass
+class ActorNodeConfig:
+    task: str = "PickCube"
+    obs: str = "state"  # "state" (sim only: object poses) or "pixels"
+    cameras: tuple[str, ...] = ("front", "wrist")  # subscribed when obs is pixels (or for the classifier)
+    image_size: tuple[int, ...] = (64, 64)
+    sim: bool = True  # the arm is the twin: ground-truth success and object poses are published
+    reward_classifier: str = ""  # a classifier folder: reward from camera frames, not ground truth
+    control_hz: float = 10.0
+    max_episode_steps: int = 0  # 0: the task's limit
+    env_steps: int = 0  # stop after this many steps (0: run until shut down)
+    record: bool = True  # finished episodes -> recorder/episodes
+    seed: int = 0
+    demos: bool = True  # the learner has demonstrations: the policy acts residually on its BC base
+
+
+class EpisodeSink:
+    """Where ``EpisodeRecorder`` commits: here a ROS topic instead of a store."""
+
+    def __init__(self, publisher, fields: dict):
+        self.publisher, self.fields = publisher, fields
+        self.sent = 0
+
+    def add_episode(self, episode: dict) -> int:
+        self.publisher.publish(msgs.payload_msg(encode("episode", episode, None)))
+        self.sent += 1
+        return self.sent - 1
+
+
+class Teleop:
+    """The newest human action and whether the human holds the controls."""
+
+    def __init__(self, max_age_s: float):
+        self.max_age_s = max_age_s
+        self.intervening = False
+        self.action: np.ndarray | None = None
+        self.stamp = 0.0
+
+    def on_intervening(self, msg) -> None:
+        self.intervening = bool(msg.data)
+
+    def on_action(self, msg) -> None:
+        values = np.asarray(msg.data, np.float64)
+        if values.shape == (7,) and np.all(np.isfinite(values)):
+            self.action, self.stamp = np.clip(values, -1, 1).astype(np.float32), time.monotonic()
+
+    def override(self) -> np.ndarray | None:
+        if self.intervening and self.action is not None and time.monotonic() - self.stamp <= self.max_age_s:
+            return self.action
+        return None
+
+
+class ActorNode(Node):
+    def __init__(self, **node_kwargs):
+        super().__init__("actor", **node_kwargs)
+        self.cfg = cfg = declare_config(self, ActorNodeConfig)
+        torch.set_num_threads(1)
+        torch.manual_seed(cfg.seed)
+        limits = ControlLimits(control_hz=cfg.control_hz)
+        classifier = calibration = None
+        cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
+        image_size = tuple(cfg.image_size)
+        if cfg.reward_classifier:
+            from robot_rl.reward.classifier import load_classifier
+
+            classifier, calibration = load_classifier(cfg.reward_classifier)
+            if cfg.obs == "state":
+                cameras, image_size = tuple(classifier.config.cameras), tuple(classifier.config.image_size)
+        self.ros_env = RosArmEnv(self, cfg.task, cameras, image_size, sim=cfg.sim, privileged=cfg.sim, limits=limits,
+                                 max_episode_steps=cfg.max_episode_steps or None)
+        env = self.ros_env
+        if classifier is not None:
+            from robot_rl.reward.wrapper import ClassifierReward
+
+            env = ClassifierReward(env, classifier, calibration)
+        self.env = env
+        self.flat = FlatObservation(env, cfg.obs)
+        train = TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
+                            demos=1 if cfg.demos else 0)
+        self.policy = SACAgent(agent_config_for(train, self.flat))
+        self.endpoint = actor_endpoint(self)
+        self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
+        self.create_subscription(Bool, topics.TELEOP_INTERVENING, self.teleop.on_intervening, 10)
+        self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.teleop.on_action, topics.qos_sensor())
+        self.pub_status = self.create_publisher(String, "actor/status", topics.qos_latched())
+        fields, _ = store_fields(env.observation_space, env.action_space.shape[0])
+        self.sink = EpisodeSink(self.create_publisher(UInt8MultiArray, topics.EPISODES, topics.qos_data(100)), fields)
+        self.recorder = EpisodeRecorder(self.sink)
+        self.weights_version = 0
+        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0}
+
+    def poll_learner(self, timeout: float = 0.0) -> None:
+        for msg in self.endpoint.receive(timeout):
+            if msg.kind == "weights" and msg.meta.get("version", 0) != self.weights_version:
+                self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
+                self.weights_version = msg.meta.get("version", 0)
+            elif msg.kind == "error":
+                self.get_logger().error(f"learner: {msg.meta.get('message')}")
+
+    def wait_for_weights(self, stop: threading.Event) -> None:
+        start = time.monotonic()
+        while self.weights_version == 0 and not stop.is_set() and rclpy.ok(context=self.context):
+            self.poll_learner(0.5)
+            if self.weights_version == 0 and int(time.monotonic() - start) % 10 == 9:
+                self.get_logger().info("waiting for the learner's first weights (is learner_node running?)")
+                time.sleep(1.0)
+
+    def publish_status(self) -> None:
+        latencies = self.ros_env.latencies_ms[-100:]
+        self.pub_status.publish(String(data=status_json(
+            **self.stats, weights_version=self.weights_version, dropped_transitions=self.endpoint.dropped,
+            frame_to_command_ms_p50=float(np.percentile(latencies, 50)) if latencies else None)))
+
+    def loop(self, stop: threading.Event) -> None:
+        cfg = self.cfg
+        self.wait_for_weights(stop)
+        self.get_logger().info(f"acting with weights v{self.weights_version}")
+        raw, _ = self.env.reset(seed=cfg.seed)
+        if cfg.record:
+            self.recorder.start(raw)
+        while not stop.is_set() and rclpy.ok(context=self.context):
+            if cfg.env_steps and self.stats["steps"] >= cfg.env_steps:
+                break
+            self.poll_learner()
+            obs = self.flat.observation(raw)
+            human = self.teleop.override()
+            action = human if human is not None else self.policy.act(obs)
+            next_raw, reward, terminated, truncated, info = self.env.step(action)
+            self.endpoint.send("transition", transition_arrays(obs, action, reward, self.flat.observation(next_raw),
+                                                               terminated, truncated, human is not None))
+            if cfg.record:
+                self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
+                                   is_intervention=human is not None)
+            self.stats["steps"] += 1
+            self.stats["interventions"] += human is not None
+            raw = next_raw
+            if terminated or truncated:
+                self.stats["episodes"] += 1
+                self.stats["successes"] += bool(info["success"])
+                if cfg.record:
+                    self.recorder.finish()
+                self.publish_status()
+                raw, _ = self.env.reset()
+                if cfg.record:
+                    self.recorder.start(raw)
+        self.publish_status()
+
+
+def main(args=None) -> None:
+    run_loop(ActorNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""``learner_node``: SAC/RLPD updates from the actors' transitions; weights out, latched.
+
+On start the replay is rebuilt from what is durable: the demonstrations store and every episode
+the recorder has committed to the online store; the agent resumes from the newest checkpoint in
+the run folder (``resume``). So a learner killed and restarted mid-run loses no completed
+episode, and the actors keep acting with the last weights they have meanwhile. Checkpoints
+(agent only; the replay lives in the stores) are written every ``checkpoint_every_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import rclpy
+import torch
+from rclpy.node import Node
+
+from robot_rl.drivers.node import declare_config, run_loop
+from robot_rl.drivers.ros_transport import learner_endpoint
+from robot_rl.envs import obs_spec, spec_env
+from robot_rl.runtime.checkpoint import load_agent, write_checkpoint
+from robot_rl.runtime.learner import Learner, build_learner
+from robot_rl.train import TrainConfig, agent_config_for
+
+
+@dataclass
+class LearnerNodeConfig:
+    task: str = "PickCube"
+    obs: str = "state"
+    cameras: tuple[str, ...] = ("front", "wrist")
+    image_size: tuple[int, ...] = (64, 64)
+    run_dir: str = "runs/ros-train"
+    demo_store: str = ""  # demonstrations (robot-rl record / teleop)
+    online_store: str = ""  # the recorder node's store: reloaded into the replay on start
+    resume: bool = True  # continue from the newest checkpoint in run_dir
+    seed: int = 0
+    utd: float = 2.0
+    batch_size: int = 256
+    pretrain_steps: int = 1000
+    critic_warmup_steps: int = 1000
+    weights_every: int = 50
+    checkpoint_every_s: float = 60.0
+    keep_checkpoints: int = 3
+    torch_threads: int = 1
+
+
+def train_config(cfg: LearnerNodeConfig) -> TrainConfig:
+    return TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
+                       demo_store=cfg.demo_store or None, demos=0, seed=cfg.seed, utd=cfg.utd,
+                       batch_size=cfg.batch_size, pretrain_steps=cfg.pretrain_steps,
+                       critic_warmup_steps=cfg.critic_warmup_steps, weights_every=cfg.weights_every,
+                       run_dir=cfg.run_dir, sync=False, progress=False)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = sorted(p for p in (Path(run_dir) / "checkpoints").glob("*") if (p / "agent.safetensors").exists())
+    return found[-1] if found else None
+
+
+def load_online_store(path: str, env, task: str, replay) -> dict:
+    """Every committed episode of the recorder's store into the online replay (interventions
+    also into the demo buffer, as when they arrive live)."""
+    from robot_rl.data.demos import check_store_fits_env
+    from robot_rl.data.recorder import transitions
+    from robot_rl.data.store import EpisodeStore
+
+    store = EpisodeStore.open(path)
+    check_store_fits_env(store, env, task)
+    steps = 0
+    for i in range(len(store)):
+        for obs, action, reward, next_obs, terminated, truncated, intervention in transitions(store, i):
+            replay.add(env.observation(obs), action, reward, env.observation(next_obs), terminated, truncated,
+                       intervention)
+            steps += 1
+    return {"episodes": len(store), "steps": steps}
+
+
+class LearnerNode(Node):
+    def __init__(self, **node_kwargs):
+        super().__init__("learner", **node_kwargs)
+        self.cfg = cfg = declare_config(self, LearnerNodeConfig)
+        torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)
+        self.train = train_config(cfg)
+        self.env = spec_env(cfg.task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
+        agent_cfg = agent_config_for(self.train, self.env)
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.endpoint = learner_endpoint(self)
+        self.learner: Learner = build_learner(dataclasses.asdict(self.train), dataclasses.asdict(agent_cfg),
+                                              {k: [list(s), np.dtype(d).str] for k, (s, d) in obs_spec(self.env.observation_space).items()},
+                                              self.endpoint, self.run_dir)
+        ckpt = latest_checkpoint(self.run_dir) if cfg.resume else None
+        if ckpt is not None:
+            self.learner.agent = load_agent(ckpt / "agent.safetensors")
+            self.learner.started = True
+            self.learner.normalizer_fitted = True
+            self.get_logger().info(f"resumed the agent from {ckpt}")
+        log = self.get_logger().info
+        if cfg.demo_store:
+            from robot_rl.data.demos import load_demos
+
+            info = load_demos(cfg.demo_store, self.env, cfg.task, self.learner.replay.add_demo)
+            log(f"{info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
+        if cfg.online_store and Path(cfg.online_store).exists():
+            info = load_online_store(cfg.online_store, self.env, cfg.task, self.learner.replay)
+            self.learner.online_received = info["steps"]
+            self.learner.online_updates = int(self.train.utd * info["steps"]) if ckpt is not None else 0
+            log(f"{info['episodes']} recorded episodes ({info['steps']} steps) from {cfg.online_store}")
+        self.checkpoints = 0
+        self.last_checkpoint = time.monotonic()
+
+    def checkpoint(self, announce: bool = True) -> Path:
+        name = time.strftime("%Y%m%d-%H%M%S-") + f"{self.learner.agent.num_updates:09d}"
+        state = {"updates": self.learner.agent.num_updates, "online": self.learner.online_received,
+                 "train_config": dataclasses.asdict(self.train)}
+        path = write_checkpoint(self.run_dir, name, self.learner.agent, None, state)
+        for old in sorted((self.run_dir / "checkpoints").glob("*-*-*"))[: -self.cfg.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        self.learner.last_checkpoint = str(path)
+        self.last_checkpoint = time.monotonic()
+        if announce:
+            self.endpoint.send("checkpoint_saved", meta={"path": str(path)})
+        self.get_logger().info(f"checkpoint {path}")
+        return path
+
+    def close(self) -> None:
+        self.checkpoint(announce=rclpy.ok(context=self.context))  # also on SIGTERM / Ctrl-C
+
+    def loop(self, stop: threading.Event) -> None:
+        """Pre-train (unless resumed), publish weights, then update as fast as data allows."""
+        learner = self.learner
+        learner.begin()
+        self.get_logger().info(f"weights v{learner.weights_version} published; waiting for transitions")
+        while not stop.is_set() and rclpy.ok(context=self.context):
+            owed = learner.updates_owed()
+            for msg in self.endpoint.receive(0.0 if owed > 0 else 0.05):
+                if msg.kind == "transition":
+                    learner.handle(msg)
+            if owed > 0:
+                for _ in range(min(owed, 10)):
+                    learner.update_once()
+                learner.send_status()
+            if time.monotonic() - self.last_checkpoint > self.cfg.checkpoint_every_s:
+                self.checkpoint()
+
+
+def main(args=None) -> None:
+    run_loop(LearnerNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""``recorder_node``: finished episodes from the actors into a Zarr episode store.
+
+Each ``recorder/episodes`` message is one whole episode (a wire frame of the store's fields,
+frames first), committed atomically by ``EpisodeStore.add_episode``; an episode that does not
+fit the store (missing or unknown fields, wrong shapes) is dropped with a warning and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rclpy.node import Node
+from std_msgs.msg import String, UInt8MultiArray
+
+from robot_rl.drivers import messages as msgs
+from robot_rl.drivers import topics
+from robot_rl.drivers.node import declare_config, run, status_json
+
+
+@dataclass
+class RecorderNodeConfig:
+    path: str = "runs/ros-train/online.zarr"
+    task: str = "PickCube"
+    cameras: tuple[str, ...] = ("front", "wrist")  # () for a state-only store
+    image_size: tuple[int, ...] = (64, 64)
+    privileged: bool = True  # sim: keep the object poses (state policies, evaluation)
+    control_hz: float = 10.0
+    image_codec: str = "lossless"
+
+
+def open_store(cfg: RecorderNodeConfig):
+    """The store at ``cfg.path``, created for this cell's contract if it does not exist."""
+    from robot_rl.data.recorder import store_fields
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.envs import SpecEnv
+
+    path = Path(cfg.path)
+    if not path.exists():  # created aside and renamed into place: a reader never sees half a store
+        spec = SpecEnv(cfg.task, tuple(cfg.cameras), tuple(cfg.image_size), cfg.privileged)
+        fields, cams = store_fields(spec.observation_space, spec.action_space.shape[0])
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        EpisodeStore.create(tmp, fields, task=cfg.task, robot="panda", control_hz=cfg.control_hz, cameras=cams,
+                            images=cfg.image_codec, source="ros_actor")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another recorder made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return EpisodeStore.open(path, "a")
+
+
+class RecorderNode(Node):
+    def __init__(self, **node_kwargs):
+        super().__init__("recorder", **node_kwargs)
+        self.cfg = declare_config(self, RecorderNodeConfig)
+        self.store = open_store(self.cfg)
+        self.drops = msgs.DropCounter(self.get_logger().warning)
+        self.pub_status = self.create_publisher(String, "recorder/status", topics.qos_latched())
+        self.create_subscription(UInt8MultiArray, topics.EPISODES, self.on_episode, topics.qos_data(100))
+        self.get_logger().info(f"recording episodes into {self.cfg.path} ({len(self.store)} there already)")
+        self.publish_status()
+
+    def on_episode(self, msg) -> None:
+        from robot_rl.data.store import StoreError
+        from robot_rl.runtime.wire import decode
+
+        try:
+            message = decode(msgs.payload_bytes(msg))
+            index = self.store.add_episode(message.arrays)
+        except (ValueError, StoreError) as e:
+            return self.drops.drop("episode", str(e))
+        self.get_logger().info(f"episode {index} committed ({len(message.arrays['action'])} frames, "
+                               f"success {bool(message.arrays['success'][-1])})")
+        self.publish_status()
+
+    def publish_status(self) -> None:
+        self.pub_status.publish(String(data=status_json(episodes=len(self.store), frames=int(self.store.n_frames),
+                                                        dropped=self.drops.counts)))
+
+
+def main(args=None) -> None:
+    run(RecorderNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The robot behind ROS 2 topics as a gymnasium env of our contract: the actor, its wrappers and
+the recorder use it exactly as they use the sim twin.
+
+``step(action)`` publishes the action as the arm's velocity and gripper commands, then waits for
+the arm's next control tick and for camera frames of that instant (a frame older than the arm
+state by more than ``max_frame_lag_s`` is stale: it is rejected with a log line and the env
+waits for a fresh one, up to ``stale_timeout_s``, after which it raises). ``reset()`` calls the
+arm's reset service. In sim the arm also publishes the ground-truth success (reward 1 and the
+episode end, as the twin does) and the object poses (for state-observation policies).
+
+The node's callbacks run on a background executor thread; ``ObservationAssembler`` (plain
+Python, below) keeps the newest message of each kind and decides when an observation is whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl import contract
+from robot_rl.contract import ControlLimits, validate_action
+from robot_rl.drivers import messages as msgs
+from robot_rl.drivers import topics
+from robot_rl.errors import UserFacingError
+
+TOLERANCE_NS = 1_000_000  # stamps carried as float seconds (sim scene, success) round to < 1 us
+
+
+class StaleObservation(UserFacingError):
+    """No fresh observation: a driver stopped publishing or publishes too late."""
+
+
+class ObservationAssembler:
+    """Newest arm state parts and camera frames, with their stamps; ``observation(after_ns)``
+    returns a whole observation whose arm state is newer than ``after_ns`` and whose frames
+    are no older than the state by more than ``max_frame_lag_ns``, or None and the reason."""
+
+    STATE_PARTS = ("pose", "twist", "wrench", "width")
+
+    def __init__(self, cameras: dict[str, tuple[int, int]], privileged_sizes: dict[str, int] | None,
+                 max_frame_lag_ns: int, sim_success: bool):
+        self.cameras, self.privileged_sizes = dict(cameras), privileged_sizes
+        self.max_frame_lag_ns, self.sim_success = max_frame_lag_ns, sim_success
+        self.lock = threading.Condition()
+        self.parts: dict[str, tuple[int, object]] = {}
+        self.frames: dict[str, tuple[int, np.ndarray]] = {}
+        self.privileged: tuple[int, dict] | None = None
+        self.success: tuple[int, bool] | None = None
+
+    def put(self, kind: str, stamp_ns: int, value) -> None:
+        with self.lock:
+            if kind in self.STATE_PARTS:
+                self.parts[kind] = (stamp_ns, value)
+            elif kind == "privileged":
+                self.privileged = (stamp_ns, value)
+            elif kind == "success":
+                self.success = (stamp_ns, value)
+            else:
+                self.frames[kind] = (stamp_ns, value)
+            self.lock.notify_all()
+
+    def observation(self, after_ns: int) -> tuple[dict | None, str]:
+        """Caller holds ``lock``."""
+        if len(self.parts) < len(self.STATE_PARTS):
+            return None, f"no arm state yet (have {sorted(self.parts)})"
+        stamps = {k: s for k, (s, _) in self.parts.items()}
+        stamp = min(stamps.values())
+        if stamp <= after_ns or max(stamps.values()) - stamp > TOLERANCE_NS:
+            return None, "waiting for the arm's next control tick"
+        obs: dict = {"state": msgs.state_from_msgs(*(self.parts[k][1] for k in self.STATE_PARTS)), "stamp_ns": stamp}
+        if self.cameras:
+            obs["images"] = {}
+            for cam in self.cameras:
+                if cam not in self.frames:
+                    return None, f"no frame from camera {cam} yet"
+                frame_stamp, image = self.frames[cam]
+                lag = stamp - frame_stamp
+                if lag > self.max_frame_lag_ns + TOLERANCE_NS:
+                    return None, (f"stale frame from camera {cam}: {lag / 1e6:.0f} ms older than the arm state "
+                                  f"(limit {self.max_frame_lag_ns / 1e6:.0f} ms)")
+                obs["images"][cam] = image
+            obs["frame_stamp_ns"] = min(self.frames[c][0] for c in self.cameras)
+        if self.privileged_sizes:
+            if self.privileged is None or abs(self.privileged[0] - stamp) > TOLERANCE_NS:
+                return None, "waiting for the sim's object poses of this tick"
+            obs["privileged"] = self.privileged[1]
+        if self.sim_success:
+            if self.success is None or abs(self.success[0] - stamp) > TOLERANCE_NS:
+                return None, "waiting for the sim's success flag of this tick"
+            obs["success"] = self.success[1]
+        return obs, ""
+
+
+class RosArmEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, node, task: str = "PickCube", cameras: tuple[str, ...] = (), image_size=(128, 128),
+                 sim: bool = True, privileged: bool = False, limits: ControlLimits = ControlLimits(),
+                 max_episode_steps: int | None = None, max_frame_lag_s: float | None = None,
+                 stale_timeout_s: float = 5.0, log=None):
+        from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
+        from sensor_msgs.msg import Image, JointState
+        from std_msgs.msg import Float32, Float64MultiArray
+        from std_srvs.srv import Trigger
+
+        from robot_rl.sim.tasks import get_task
+
+        self.node, self.limits = node, limits
+        self.task = get_task(task)
+        self.cameras = tuple(cameras)
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
+        self.period_s = 1.0 / limits.control_hz
+        lag = max_frame_lag_s if max_frame_lag_s is not None else 0.5 * self.period_s
+        self.stale_timeout_s = stale_timeout_s
+        self.log = log or node.get_logger().warning
+        priv = self.task.privileged_sizes() if privileged else None
+        self.action_space = contract.action_space()
+        self.observation_space = contract.observation_space(self.image_size if self.cameras else None, self.cameras, priv)
+        self.assembler = ObservationAssembler({c: self.image_size for c in self.cameras}, priv, int(lag * 1e9), sim)
+        self.drops = msgs.DropCounter(self.log)
+        q = topics.qos_sensor()
+        put = self.assembler.put
+        node.create_subscription(PoseStamped, topics.TCP_POSE, lambda m: put("pose", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(TwistStamped, topics.TCP_TWIST, lambda m: put("twist", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(WrenchStamped, topics.WRENCH, lambda m: put("wrench", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(JointState, topics.GRIPPER_STATE, self._on_gripper, q)
+        for cam in self.cameras:
+            node.create_subscription(Image, topics.camera_image(cam), self._image_callback(cam), q)
+        if sim:
+            node.create_subscription(Float64MultiArray, topics.SIM_SUCCESS, self._on_success, q)
+        if priv:
+            node.create_subscription(Float64MultiArray, topics.SIM_OBJECTS, self._on_objects, q)
+        self.pub_velocity = node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+        self.pub_gripper = node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
+        self.reset_client = node.create_client(Trigger, topics.RESET)
+        self.trigger, self._float32 = Trigger, Float32
+        self._last_stamp = 0
+        self._steps = 0
+        self.latencies_ms: list[float] = []  # newest camera frame (or arm state) -> command published
+        self.command_times: list[float] = []
+
+    # ---- callbacks (executor thread) ----------------------------------------------------
+    def _on_gripper(self, msg):
+        if len(msg.position) != 1 or not np.isfinite(msg.position[0]):
+            return self.drops.drop("gripper state", f"position {list(msg.position)}")
+        self.assembler.put("width", msgs.ns_from_stamp(msg.header.stamp), float(msg.position[0]))
+
+    def _image_callback(self, cam: str):
+        def on_image(msg):
+            try:
+                image = msgs.image_from_msg(msg, self.image_size)
+            except msgs.MessageError as e:
+                return self.drops.drop(f"camera {cam} image", str(e))
+            self.assembler.put(cam, msgs.ns_from_stamp(msg.header.stamp), image)
+        return on_image
+
+    def _on_success(self, msg):
+        if len(msg.data) == 2:
+            self.assembler.put("success", int(round(msg.data[0] * 1e9)), bool(msg.data[1] > 0.5))
+
+    def _on_objects(self, msg):
+        sizes = self.assembler.privileged_sizes
+        values = np.asarray(msg.data, np.float32)
+        if len(values) != 1 + sum(sizes.values()) or not np.all(np.isfinite(values)):
+            return self.drops.drop("object poses", f"{len(values)} values")
+        out, i = {}, 1
+        for name in sorted(sizes):
+            out[name] = values[i : i + sizes[name]]
+            i += sizes[name]
+        self.assembler.put("privileged", int(round(msg.data[0] * 1e9)), out)
+
+    # ---- gymnasium ----------------------------------------------------------------------
+    def _wait_observation(self) -> dict:
+        start = time.monotonic()
+        warned = None
+        with self.assembler.lock:
+            while True:
+                obs, reason = self.assembler.observation(self._last_stamp)
+                if obs is not None:
+                    break
+                waited = time.monotonic() - start
+                if waited > self.stale_timeout_s:
+                    raise StaleObservation(f"no fresh observation for {waited:.1f} s: {reason}. Are the arm and camera "
+                                           "nodes running and publishing?")
+                if waited > 2 * self.period_s and reason != warned and "stale" in reason:
+                    self.log(f"rejecting {reason}")
+                    warned = reason
+                self.assembler.lock.wait(0.02)
+        self._last_stamp = obs.pop("stamp_ns")
+        self._obs_stamp = obs.pop("frame_stamp_ns", self._last_stamp)
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        while not self.reset_client.wait_for_service(timeout_sec=1.0):
+            self.log("waiting for the arm's reset service")
+        future = self.reset_client.call_async(self.trigger.Request())
+        end = time.monotonic() + 10.0
+        while not future.done():
+            if time.monotonic() > end:
+                raise StaleObservation("the arm did not answer its reset service within 10 s")
+            time.sleep(0.005)
+        result = future.result()
+        if not result.success:
+            raise StaleObservation(f"the arm refused to reset: {result.message}")
+        self._last_stamp = time.time_ns() - TOLERANCE_NS  # a state from after the reset
+        self._steps = 0
+        obs = self._wait_observation()
+        obs.pop("success", None)
+        return obs, {"success": False}
+
+    def step(self, action):
+        act = validate_action(action)
+        now = time.time_ns()
+        twist = msgs.delta_to_twist(act, now, self.limits.max_translation_m, self.limits.max_rotation_rad,
+                                    self.limits.control_hz)
+        self.pub_velocity.publish(twist)
+        self.pub_gripper.publish(self._float32(data=float(act[6])))
+        published = time.time_ns()
+        self.latencies_ms.append((published - self._obs_stamp) / 1e6)
+        self.command_times.append(published / 1e9)
+        obs = self._wait_observation()
+        self._steps += 1
+        success = bool(obs.pop("success", False))
+        truncated = self._steps >= self.max_episode_steps and not success
+        return obs, float(success), success, truncated, {"success": success}
