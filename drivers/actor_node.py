@@ -46,8 +46,14 @@ class ActorNodeConfig:
     max_episode_steps: int = 0  # 0: the task's limit
     env_steps: int = 0  # stop after this many steps (0: run until shut down)
     record: bool = True  # finished episodes -> recorder/episodes
+    keep: str = "all"  # episodes to record: all, successes
+    episodes: int = 0  # stop after this many recorded episodes (0: no limit)
+    policy: str = "learner"  # learner (weights from learner_node), expert (the sim's scripted expert), teleop
     seed: int = 0
-    demos: bool = True  # the learner has demonstrations: the policy acts residually on its BC base
+    demo_store: str = ""  # the learner's demonstrations, if any: then the policy acts residually on a BC base
+
+
+POLICIES = ("learner", "expert", "teleop")
 
 
 class EpisodeSink:
@@ -94,14 +100,17 @@ class ActorNode(Node):
         torch.manual_seed(cfg.seed)
         limits = ControlLimits(control_hz=cfg.control_hz)
         classifier = calibration = None
-        cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
-        image_size = tuple(cfg.image_size)
+        if cfg.policy not in POLICIES or cfg.keep not in ("all", "successes"):
+            raise ValueError(f"policy must be one of {POLICIES} and keep 'all' or 'successes'; got {cfg.policy!r}, "
+                             f"{cfg.keep!r}")
+        if cfg.policy == "expert" and not cfg.sim:
+            raise ValueError("policy 'expert' is the sim's scripted expert: it needs sim:=true (object poses)")
+        # every camera is subscribed and recorded; a state policy does not see them
+        cameras, image_size = tuple(cfg.cameras), tuple(cfg.image_size)
         if cfg.reward_classifier:
             from robot_rl.reward.classifier import load_classifier
 
             classifier, calibration = load_classifier(cfg.reward_classifier)
-            if cfg.obs == "state":
-                cameras, image_size = tuple(classifier.config.cameras), tuple(classifier.config.image_size)
         self.ros_env = RosArmEnv(self, cfg.task, cameras, image_size, sim=cfg.sim, privileged=cfg.sim, limits=limits,
                                  max_episode_steps=cfg.max_episode_steps or None)
         env = self.ros_env
@@ -112,8 +121,13 @@ class ActorNode(Node):
         self.env = env
         self.flat = FlatObservation(env, cfg.obs)
         train = TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
-                            demos=1 if cfg.demos else 0)
+                            demos=1 if cfg.demo_store else 0)
         self.policy = SACAgent(agent_config_for(train, self.flat))
+        self.expert = None
+        if cfg.policy == "expert":
+            from robot_rl.sim.experts import make_expert
+
+            self.expert = make_expert(cfg.task, noise=0.1, seed=cfg.seed)
         self.endpoint = actor_endpoint(self)
         self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, self.teleop.on_intervening, 10)
@@ -123,7 +137,7 @@ class ActorNode(Node):
         self.sink = EpisodeSink(self.create_publisher(UInt8MultiArray, topics.EPISODES, topics.qos_data(100)), fields)
         self.recorder = EpisodeRecorder(self.sink)
         self.weights_version = 0
-        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0}
+        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "recorded": 0}
 
     def poll_learner(self, timeout: float = 0.0) -> None:
         for msg in self.endpoint.receive(timeout):
@@ -141,6 +155,14 @@ class ActorNode(Node):
                 self.get_logger().info("waiting for the learner's first weights (is learner_node running?)")
                 time.sleep(1.0)
 
+    def act(self, raw: dict, obs: dict) -> np.ndarray:
+        if self.cfg.policy == "learner":
+            self.poll_learner()
+            return self.policy.act(obs)
+        if self.cfg.policy == "expert":
+            return self.expert(raw)
+        return np.zeros(7, np.float32)  # teleop: no human action -> hold still
+
     def publish_status(self) -> None:
         latencies = self.ros_env.latencies_ms[-100:]
         self.pub_status.publish(String(data=status_json(
@@ -149,21 +171,26 @@ class ActorNode(Node):
 
     def loop(self, stop: threading.Event) -> None:
         cfg = self.cfg
-        self.wait_for_weights(stop)
-        self.get_logger().info(f"acting with weights v{self.weights_version}")
+        if cfg.policy == "learner":
+            self.wait_for_weights(stop)
+            self.get_logger().info(f"acting with weights v{self.weights_version}")
         raw, _ = self.env.reset(seed=cfg.seed)
+        if self.expert is not None:
+            self.expert.reset()
         if cfg.record:
             self.recorder.start(raw)
         while not stop.is_set() and rclpy.ok(context=self.context):
             if cfg.env_steps and self.stats["steps"] >= cfg.env_steps:
                 break
-            self.poll_learner()
+            if cfg.episodes and self.stats["recorded"] >= cfg.episodes:
+                break
             obs = self.flat.observation(raw)
             human = self.teleop.override()
-            action = human if human is not None else self.policy.act(obs)
+            action = human if human is not None else self.act(raw, obs)
             next_raw, reward, terminated, truncated, info = self.env.step(action)
-            self.endpoint.send("transition", transition_arrays(obs, action, reward, self.flat.observation(next_raw),
-                                                               terminated, truncated, human is not None))
+            if cfg.policy == "learner":
+                self.endpoint.send("transition", transition_arrays(obs, action, reward, self.flat.observation(next_raw),
+                                                                   terminated, truncated, human is not None))
             if cfg.record:
                 self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
                                    is_intervention=human is not None)
@@ -173,10 +200,15 @@ class ActorNode(Node):
             if terminated or truncated:
                 self.stats["episodes"] += 1
                 self.stats["successes"] += bool(info["success"])
-                if cfg.record:
+                if cfg.record and (cfg.keep == "all" or info["success"]):
                     self.recorder.finish()
+                    self.stats["recorded"] += 1
+                elif cfg.record:
+                    self.recorder.discard()
                 self.publish_status()
                 raw, _ = self.env.reset()
+                if self.expert is not None:
+                    self.expert.reset()
                 if cfg.record:
                     self.recorder.start(raw)
         self.publish_status()

@@ -103,7 +103,8 @@ class ArmSupervisor:
         self._last_command = -np.inf
 
     def reset(self) -> None:
-        """After the arm was reset: forget old commands and holds."""
+        """After the arm was reset: forget old commands and holds (silence is not a watchdog event)."""
+        self.mode = "idle"
         self._delta = self._target = self._hold = None
         self._gripper = GripperCommand.STAY
         self._last_command = -np.inf

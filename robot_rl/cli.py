@@ -101,7 +101,7 @@ def _cmd_record(args) -> int:
     get_task(args.task)
     summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
                               seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
-                              keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
+                              cameras=tuple(args.cameras), keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
                               hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
                               hold_rise=args.hold_rise, continue_after_success=args.continue_after_success,
                               policy=args.policy)
@@ -164,6 +164,20 @@ def _cmd_report(args) -> int:
 
     print(write_report(args.run))
     return 0
+
+
+def _cmd_launch(args) -> int:
+    from robot_rl.launcher import LaunchError, launch, load_stacks
+
+    if args.list or not args.stack:
+        for name, stack in load_stacks().items():
+            print(f"{name}: {stack.get('description', '')}")
+            for key, value in (stack.get("args") or {}).items():
+                print(f"    {key}:={value}")
+        if not args.list:
+            raise LaunchError("name a stack to launch (robot-rl launch --list shows them)")
+        return 0
+    return launch(args.stack, args.args)
 
 
 def _cmd_eval(args) -> int:
@@ -236,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep only failed takes (negatives for the success classifier)")
     rec.add_argument("--images", action="store_true", help="record the cameras too")
     rec.add_argument("--image-size", type=int, default=128)
+    rec.add_argument("--cameras", nargs="+", default=["front", "wrist"],
+                     help="with --images: which of the twin's cameras (front, wrist, side)")
     rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
     rec.add_argument("--hold-after-success", type=int, default=0,
                      help="steps of a still arm recorded after success (more success frames for the classifier)")
@@ -319,6 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", help="default: the backend it was trained on")
     ev.add_argument("--seed", type=int, default=3_000_000)
     ev.set_defaults(func=_cmd_eval)
+
+    lau = sub.add_parser("launch", help="start a ROS 2 stack of launch/stacks.yaml as supervised processes "
+                                        "(what `ros2 launch robot_rl NAME.launch.py` starts)")
+    lau.add_argument("stack", nargs="?", help="sim_train, train or record_demos")
+    lau.add_argument("args", nargs="*", help="stack arguments, name:=value")
+    lau.add_argument("--list", action="store_true", help="list the stacks and their arguments")
+    lau.set_defaults(func=_cmd_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
     bench.add_argument("name")

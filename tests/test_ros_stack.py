@@ -47,7 +47,7 @@ def test_sim_stack_trains_and_survives_a_learner_restart(tmp_path):
             node_process("robot_rl.drivers.recorder_node", {**{k: PIXELS[k] for k in ("task", "cameras", "image_size")},
                                                             "path": str(online)}, domain, tmp_path) as recorder, \
             node_process("robot_rl.drivers.learner_node", learner_params, domain, tmp_path) as learner, \
-            node_process("robot_rl.drivers.actor_node", {**PIXELS, "max_episode_steps": 15}, domain, tmp_path) as actor:
+            node_process("robot_rl.drivers.actor_node", {**PIXELS, "max_episode_steps": 15, "demo_store": str(demos)}, domain, tmp_path) as actor:
         try:
             # the learner pre-trains on the demos, publishes weights (latched), the actor acts,
             # the recorder commits episodes, and updated weights come back to the actor

@@ -1,0 +1,180 @@
+"""Stacks: launch/stacks.yaml, `robot-rl launch` (supervised processes), the ROS 2 launch files
+built from the same description, and `colcon build` of the repository."""
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from robot_rl.cli import main as cli
+from robot_rl.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+STACKS = ("sim_train", "train", "record_demos")
+
+
+def test_every_stack_has_a_launch_file_and_valid_nodes():
+    stacks = load_stacks()
+    assert set(stacks) == set(STACKS)
+    for name in STACKS:
+        nodes = resolve(name)
+        assert nodes and sum(n.required for n in nodes) == 1  # the actor ends the stack
+        assert (ROOT / "launch" / f"{name}.launch.py").exists()
+
+
+def test_arguments_are_substituted_with_types():
+    nodes = {n.name: n for n in resolve("sim_train", {"run_dir": "/tmp/r", "image_size": "32", "demo_store": "d.zarr",
+                                                       "learner.batch_size": "16"})}
+    assert nodes["camera_front"].parameters["height"] == 32
+    assert nodes["recorder"].parameters == {"path": "/tmp/r/online.zarr", "task": "PickCube",
+                                            "cameras": ["front", "wrist", "side"], "image_size": [32, 32],
+                                            "privileged": True}
+    assert nodes["learner"].parameters["batch_size"] == 16 and nodes["learner"].respawn
+    assert nodes["actor"].parameters["reward_classifier"] == "" and nodes["actor"].parameters["demo_store"] == "d.zarr"
+
+
+def test_bad_launch_requests_are_refused_clearly(tmp_path, capsys):
+    with pytest.raises(LaunchError, match="no stack 'nope'; stacks: record_demos, sim_train, train"):
+        resolve("nope")
+    with pytest.raises(LaunchError, match="has no argument 'colour'"):
+        resolve("sim_train", {"colour": "red"})
+    with pytest.raises(LaunchError, match="no node 'critic'"):
+        resolve("sim_train", {"critic.lr": "1"})
+    with pytest.raises(LaunchError, match="name:=value"):
+        parse_overrides(["run_dir=/tmp"])
+    bad = tmp_path / "stacks.yaml"
+    bad.write_text(yaml.safe_dump({"stacks": {"s": {"nodes": [{"name": "x", "executable": "rm_node"}]}}}))
+    with pytest.raises(LaunchError, match="executable 'rm_node'"):
+        resolve("s", stacks=load_stacks(bad))
+    bad.write_text("- just a list")
+    with pytest.raises(LaunchError, match="top-level 'stacks'"):
+        load_stacks(bad)
+    assert cli(["launch", "sim_train", "colour:=red"]) == 2
+    assert "has no argument 'colour'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ ros2 launch
+class Recorded:
+    """Stands in for a launch / launch_ros class (those packages are not on PyPI): keeps the
+    arguments it was built with."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+def fake_launch_modules(monkeypatch, values: dict):
+    launch = types.ModuleType("launch")
+    launch.LaunchDescription = Recorded
+    actions = types.ModuleType("launch.actions")
+    actions.DeclareLaunchArgument = Recorded
+    actions.OpaqueFunction = Recorded
+    actions.Shutdown = Recorded
+    subs = types.ModuleType("launch.substitutions")
+
+    class LaunchConfiguration:
+        def __init__(self, name):
+            self.name = name
+
+        def perform(self, context):
+            return values.get(self.name, context[self.name])
+
+    subs.LaunchConfiguration = LaunchConfiguration
+    launch_ros = types.ModuleType("launch_ros")
+    ros_actions = types.ModuleType("launch_ros.actions")
+    ros_actions.Node = Recorded
+    for name, module in {"launch": launch, "launch.actions": actions, "launch.substitutions": subs,
+                         "launch_ros": launch_ros, "launch_ros.actions": ros_actions}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_launch_files_build_the_nodes_robot_rl_launch_starts(stack, monkeypatch):
+    source = (ROOT / "launch" / f"{stack}.launch.py").read_text()
+    calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "generate"]
+    assert [c.args[0].value for c in calls] == [stack]  # each file describes its own stack
+    overrides = {"run_dir": "/tmp/somewhere"} if stack != "record_demos" else {"out": "/tmp/d.zarr"}
+    fake_launch_modules(monkeypatch, overrides)
+    namespace: dict = {}
+    exec(compile(source, f"{stack}.launch.py", "exec"), namespace)
+    description = namespace["generate_launch_description"]()
+    *declared, opaque = description.args[0]
+    defaults = {k: "" if v is None else str(v) for k, v in load_stacks()[stack]["args"].items()}
+    assert {d.args[0]: d.kwargs["default_value"] for d in declared} == defaults
+    context = dict(defaults)
+    nodes = opaque.kwargs["function"](context)
+    expected = resolve(stack, overrides)
+    assert [n.kwargs["name"] for n in nodes] == [e.name for e in expected]
+    for node, spec in zip(nodes, expected):
+        assert node.kwargs["package"] == "robot_rl" and node.kwargs["executable"] == spec.executable
+        assert node.kwargs["parameters"] == [spec.parameters] and node.kwargs["remappings"] == spec.remappings
+        assert node.kwargs["respawn"] == spec.respawn and (node.kwargs["on_exit"] is not None) == spec.required
+
+
+def test_colcon_build_installs_launch_files_and_the_ament_index_entry(tmp_path):
+    colcon = Path(sys.executable).with_name("colcon")
+    if not colcon.exists():
+        pytest.skip("colcon is not installed (pip install robot-rl[dev])")
+    (tmp_path / "src").mkdir()
+    os.symlink(ROOT, tmp_path / "src" / "robot_rl")
+    result = subprocess.run([str(colcon), "build", "--base-paths", "src"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    install = tmp_path / "install" / "robot_rl"
+    assert (install / "share" / "ament_index" / "resource_index" / "packages" / "robot_rl").exists()
+    for stack in STACKS:
+        assert (install / "share" / "robot_rl" / "launch" / f"{stack}.launch.py").exists()
+    assert (install / "share" / "robot_rl" / "launch" / "stacks.yaml").read_text() == (ROOT / "launch" / "stacks.yaml").read_text()
+    for node in ("arm_node", "camera_node", "actor_node", "learner_node", "recorder_node"):
+        assert os.access(install / "lib" / "robot_rl" / node, os.X_OK)  # `ros2 run robot_rl <node>`
+    shutil.rmtree(tmp_path / "build", ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------- supervisor
+def test_supervisor_respawns_and_stops_when_the_required_node_exits(tmp_path, monkeypatch):
+    marker = tmp_path / "crashes"
+    scripts = {
+        "crasher": f"import pathlib,sys; p=pathlib.Path({str(marker)!r}); n=int(p.read_text()) if p.exists() else 0; "
+                   "p.write_text(str(n+1)); sys.exit(3)",
+        "sleeper": "import time; time.sleep(60)",
+        "finisher": "import time; time.sleep(3); print('done', flush=True)",
+    }
+    monkeypatch.setattr("robot_rl.launcher.node_command", lambda node, params: [sys.executable, "-c", scripts[node.name]])
+    lines = []
+    supervisor = Supervisor([NodeSpec("crasher", "learner_node", respawn=True), NodeSpec("sleeper", "arm_node"),
+                             NodeSpec("finisher", "actor_node", required=True)], log=lines.append, grace_s=5)
+    assert supervisor.run() == 0
+    assert int(marker.read_text()) >= 2 and supervisor.restarts["crasher"] >= 1  # died, came back
+    assert "[finisher] done" in lines and any("finisher exited (0); stopping the stack" in x for x in lines)
+    assert all(p.poll() is not None for p in supervisor.procs.values())  # the sleeper was stopped
+
+
+def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
+    """`robot-rl launch sim_train` end to end over real ROS 2: the actor acts on the twin with
+    the learner's weights until env_steps, and the recorder stores its episodes."""
+    pytest.importorskip("rclpy")
+    from robot_rl.data.record import record_rollouts
+    from robot_rl.data.store import EpisodeStore
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    demos = tmp_path / "demos.zarr"
+    record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")
+    run = tmp_path / "run"
+    cmd = [str(Path(sys.executable).with_name("robot-rl")), "launch", "sim_train", f"run_dir:={run}",
+           f"demo_store:={demos}", "env_steps:=60", "image_size:=32", "cameras:=[front]",
+           "learner.pretrain_steps:=20", "learner.critic_warmup_steps:=20", "learner.batch_size:=32",
+           "actor.max_episode_steps:=20"]
+    # the stack's side/wrist cameras still run; the actor and recorder read only the front one
+    result = subprocess.run(cmd, env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "actor exited (0); stopping the stack" in result.stdout
+    store = EpisodeStore.open(run / "online.zarr")
+    assert len(store) >= 2 and store.cameras == {"front": (32, 32)}
+    checkpoints = list((run / "checkpoints").iterdir())
+    assert checkpoints and json.loads((checkpoints[-1] / "state.json").read_text())["train_config"]["task"] == "PickCube"
