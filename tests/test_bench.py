@@ -77,3 +77,19 @@ def test_classifier_bench_quick_gives_every_figure():
     assert figures["heldout_agent_checkpoint"].startswith("step_")
     assert figures["curve_ground_truth_reward"] and figures["curve_classifier_reward"]
     assert sum(figures["classifier_reward_training_episodes"].values()) > 0
+
+
+def test_ros_bench_quick_gives_every_figure():
+    import pytest
+
+    pytest.importorskip("rclpy")
+    from robot_rl.bench import ros as ros_bench
+
+    figures = ros_bench.run(quick=True, log=lambda msg: None)
+    for kind in ("state", "pixels"):
+        for name in ("frame_to_command_latency_ms_p50", "frame_to_command_latency_ms_p99", "loop_jitter_ms_p99",
+                     "transitions_per_s", "weight_push_latency_ms"):
+            value = figures[f"{name}_{kind}"]
+            assert value is not None and value > 0, (name, kind, value)
+        assert figures[f"transitions_received_{kind}"] > 0
+        assert figures[f"loop_period_ms_mean_{kind}"] > 50  # paced by the arm's 10 Hz ticks

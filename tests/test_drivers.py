@@ -14,6 +14,7 @@ from robot_rl.drivers.camera import CameraError, SimCamera, crop_resize, parse_c
 
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 wheels (pip install robot-rl[ros])")
 import rclpy.executors  # noqa: E402
+import rclpy.node  # noqa: E402
 from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import Bool, Float32, String  # noqa: E402
@@ -360,3 +361,69 @@ def test_malformed_commands_never_crash_the_arm(sim_cell):
     assert report["counts"]["clipped_velocity"] >= 1
     assert arm.poll() is None and cam.poll() is None
     assert "dropped velocity command" in (logs / "arm_node.log").read_text()
+
+
+def test_malformed_frames_poses_and_episodes_are_dropped_and_counted(tmp_path):
+    """The actor's observation assembly and the recorder take bad messages without crashing:
+    each is dropped, counted, and warned about at a bounded rate."""
+    from std_msgs.msg import Float64MultiArray, UInt8MultiArray
+
+    from robot_rl.drivers.recorder_node import RecorderNode
+    from robot_rl.drivers.ros_env import RosArmEnv
+    from robot_rl.runtime.wire import encode
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=free_domain_id(),
+               args=["--ros-args", "-p", f"path:={tmp_path / 'online.zarr'}", "-p", "cameras:=[front]",
+                     "-p", "image_size:=[32,32]"])
+    warnings = []
+    try:
+        node = rclpy.node.Node("actor_under_test", context=context)
+        env = RosArmEnv(node, "PickCube", ("front",), (32, 32), sim=True, privileged=True, log=warnings.append)
+        on_front = env._image_callback("front")
+        good = msgs.image_to_msg(np.zeros((32, 32, 3), np.uint8), 5)
+        wrong_size = msgs.image_to_msg(np.zeros((24, 32, 3), np.uint8), 5)
+        mono = msgs.image_to_msg(np.zeros((32, 32, 3), np.uint8), 5)
+        mono.encoding = "mono8"
+        for bad in (wrong_size, mono):
+            on_front(bad)
+        assert "front" not in env.assembler.frames and env.drops.counts["camera front image"] == 2
+        on_front(good)
+        assert env.assembler.frames["front"][0] == 5
+        env._on_objects(Float64MultiArray(data=[1.0] + [float("nan")] * 7))
+        env._on_objects(Float64MultiArray(data=[1.0, 2.0]))
+        assert env.drops.counts["object poses"] == 2 and env.assembler.privileged is None
+        assert len(warnings) == 2 and "expected 32x32" in warnings[0]  # one per reason, rate-limited
+
+        recorder = RecorderNode(context=context)
+        recorder.on_episode(UInt8MultiArray(data=b"not a wire frame"))
+        recorder.on_episode(UInt8MultiArray(data=encode("episode", {"action": np.zeros((3, 7), np.float32)}, None)))
+        assert recorder.drops.counts["episode"] == 2 and len(recorder.store) == 0
+        recorder.destroy_node()
+        node.destroy_node()
+    finally:
+        context.try_shutdown()
+
+
+def test_observation_assembler_rejects_stale_frames_with_a_reason():
+    from robot_rl.drivers.ros_env import ObservationAssembler
+
+    asm = ObservationAssembler({"front": (8, 8)}, None, max_frame_lag_ns=50_000_000, sim_success=False)
+    pose, twist, wrench = PoseStamped(), TwistStamped(), msgs.WrenchStamped()
+    pose.pose.orientation.w = 1.0
+    t = 10_000_000_000
+    with asm.lock:
+        assert asm.observation(0)[1].startswith("no arm state yet")
+    for kind, value in (("pose", pose), ("twist", twist), ("wrench", wrench), ("width", 0.04)):
+        asm.put(kind, t, value)
+    with asm.lock:
+        assert asm.observation(0)[1] == "no frame from camera front yet"
+    asm.put("front", t - 120_000_000, np.zeros((8, 8, 3), np.uint8))  # 120 ms before the arm state
+    with asm.lock:
+        obs, reason = asm.observation(0)
+    assert obs is None and reason == "stale frame from camera front: 120 ms older than the arm state (limit 50 ms)"
+    asm.put("front", t - 30_000_000, np.ones((8, 8, 3), np.uint8))
+    with asm.lock:
+        obs, _ = asm.observation(0)
+        assert obs["images"]["front"][0, 0, 0] == 1 and obs["state"][13] == pytest.approx(0.04)
+        assert asm.observation(t)[1] == "waiting for the arm's next control tick"  # nothing newer than t yet

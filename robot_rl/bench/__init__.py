@@ -10,6 +10,7 @@ BENCHMARKS = {
     "data": "robot_rl.bench.data",
     "learner": "robot_rl.bench.learner",
     "learning": "robot_rl.bench.learning",
+    "ros": "robot_rl.bench.ros",
     "sim": "robot_rl.bench.sim",
 }
 

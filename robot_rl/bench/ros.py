@@ -1,0 +1,235 @@
+"""``robot-rl bench ros``: the control loop and the learner link over ROS 2 (real DDS on loopback).
+
+Per policy kind (``state``: robot state + the sim's object poses; ``pixels``: two cameras + robot
+state, the size the pixel learner trains at):
+
+- control loop at 10 Hz: the sim arm node and the sim camera nodes run as their own processes;
+  this process is the actor (``RosArmEnv`` + a SAC policy). Frame-to-command latency: the newest
+  input's stamp (camera frame, or the arm state for a state policy) to the command's publish,
+  p50/p99. A sim camera stamps its frame with the scene instant it renders, so its render time
+  is inside the figure, as a real camera's pipeline delay is. Loop jitter: |interval between
+  commands - 100 ms|, p99.
+- transitions/s: transitions as the actor sends them (pixels: obs and next obs with two
+  128x128 images each; state: the state vectors) published as fast as possible to a
+  learner-side process, counted there.
+- weight push latency: the learner-side process publishes the policy's weights (the real
+  tensors of that policy kind) on the latched weights topic; stamp at send -> receipt here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20)
+QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5)
+THROUGHPUT_IMAGE = 128
+
+
+def _env(domain: int) -> dict:
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", MUJOCO_GL="egl",
+               PYTHONUNBUFFERED="1")
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    return env
+
+
+def _start(module: str, params: dict, domain: int, log_dir: Path, name: str, extra: list | None = None):
+    args = [sys.executable, "-m", module] + (extra or []) + ["--ros-args"]
+    for k, v in params.items():
+        args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+    out = open(log_dir / f"{name}.log", "w")
+    return subprocess.Popen(args, env=_env(domain), stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def _percentiles(values, *qs) -> list:
+    return [round(float(np.percentile(values, q)), 2) for q in qs] if len(values) else [None] * len(qs)
+
+
+def _policy(kind: str, size: int):
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.contract import STATE_DIM
+
+    if kind == "pixels":
+        config = SACConfig(state_dim=STATE_DIM, cameras=("front", "wrist"), image_size=(size, size), grasp_critic=True)
+    else:
+        config = SACConfig(state_dim=STATE_DIM + 7 + 3, grasp_critic=True)
+    return SACAgent(config)
+
+
+def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
+    import rclpy
+    from rclpy.node import Node
+
+    from robot_rl.drivers.node import spin_in_background
+    from robot_rl.drivers.ros_env import RosArmEnv
+    from robot_rl.envs import FlatObservation
+
+    size = p["pixel_size"]
+    cameras = ("front", "wrist") if kind == "pixels" else ()
+    procs = [_start("robot_rl.drivers.arm_node", {"seed": 1}, domain, log_dir, f"arm_{kind}")]
+    procs += [_start("robot_rl.drivers.camera_node", {"name": c, "height": size, "width": size}, domain, log_dir,
+                     f"camera_{c}_{kind}") for c in cameras]
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = Node(f"bench_actor_{kind}", context=context)
+    executor = spin_in_background(node)
+    try:
+        env = FlatObservation(RosArmEnv(node, "PickCube", cameras, (size, size), sim=True, privileged=True,
+                                        max_episode_steps=100_000, stale_timeout_s=60.0), kind)
+        policy = _policy(kind, size)
+        obs, _ = env.reset()
+        for _ in range(10):  # warm-up: torch's first calls, DDS matching
+            obs, *_ = env.step(policy.act(obs))
+        ros_env = env.env
+        ros_env.latencies_ms.clear()
+        ros_env.command_times.clear()
+        log(f"{kind}: {p['steps']} control steps at 10 Hz")
+        for _ in range(p["steps"]):
+            obs, _, terminated, truncated, _ = env.step(policy.act(obs))
+            if terminated or truncated:
+                obs, _ = env.reset()
+        intervals = np.diff(ros_env.command_times) * 1000
+        intervals = intervals[intervals < 500]  # a reset's pause is not loop jitter
+        jitter = np.abs(intervals - 100.0)
+        p50, p99 = _percentiles(ros_env.latencies_ms, 50, 99)
+        return {f"frame_to_command_latency_ms_p50_{kind}": p50, f"frame_to_command_latency_ms_p99_{kind}": p99,
+                f"loop_jitter_ms_p99_{kind}": _percentiles(jitter, 99)[0],
+                f"loop_period_ms_mean_{kind}": round(float(np.mean(intervals)), 2)}
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        context.try_shutdown()
+        _stop(procs)
+
+
+def learner_link(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
+    """Transitions out to a learner-side process; weights back from it."""
+    import rclpy
+    from rclpy.node import Node
+
+    from robot_rl.drivers.node import spin_in_background
+    from robot_rl.drivers.ros_transport import actor_endpoint
+    from robot_rl.runtime.learner import transition_arrays
+
+    size = THROUGHPUT_IMAGE
+    result_file = log_dir / f"peer_{kind}.json"
+    peer = _start("robot_rl.bench.ros", {}, domain, log_dir, f"peer_{kind}",
+                  ["peer", kind, str(p["pixel_size"]), str(p["weight_pushes"]), str(result_file)])
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = Node(f"bench_link_{kind}", context=context)
+    executor = spin_in_background(node)
+    try:
+        endpoint = actor_endpoint(node)
+        rng = np.random.default_rng(0)
+        state = rng.normal(size=30).astype(np.float32)
+        obs = {"state": state}
+        if kind == "pixels":
+            obs.update({c: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for c in ("front", "wrist")})
+        arrays = transition_arrays(obs, np.zeros(7, np.float32), 0.0, obs, False, False)
+        latencies = []
+        deadline = time.monotonic() + 120
+        while len(latencies) < p["weight_pushes"] and time.monotonic() < deadline:
+            for msg in endpoint.receive(0.5):
+                if msg.kind == "weights" and msg.meta.get("push", -1) >= 0:
+                    latencies.append((time.time_ns() - msg.meta["sent_ns"]) / 1e6)
+        log(f"{kind}: {len(latencies)} weight pushes received; transitions for {p['throughput_s']} s")
+        sent, start = 0, time.monotonic()
+        while time.monotonic() - start < p["throughput_s"]:
+            endpoint.send("transition", arrays)
+            sent += 1
+        endpoint.send("transition", arrays, {"last": True, "sent": sent + 1})
+        peer.wait(60)
+        counted = json.loads(result_file.read_text())
+        weights_bytes = counted["weights_bytes"]
+        return {f"transitions_per_s_{kind}": round(counted["received"] / counted["seconds"], 1),
+                f"transitions_sent_{kind}": sent + 1, f"transitions_received_{kind}": counted["received"],
+                f"transition_bytes_{kind}": counted["transition_bytes"],
+                f"weight_push_latency_ms_{kind}": _percentiles(latencies, 50)[0],
+                f"weight_push_latency_ms_p99_{kind}": _percentiles(latencies, 99)[0],
+                f"weights_bytes_{kind}": weights_bytes}
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        context.try_shutdown()
+        _stop([peer])
+
+
+def peer_main(kind: str, pixel_size: int, pushes: int, result_file: str) -> None:
+    """The learner side: pushes weights ``pushes`` times, then counts transitions until the
+    actor's last one (or 30 s of silence)."""
+    import rclpy
+    from rclpy.node import Node
+
+    from robot_rl.drivers.node import spin_in_background
+    from robot_rl.drivers.ros_transport import learner_endpoint
+
+    rclpy.init(args=None)
+    node = Node("bench_peer")
+    executor = spin_in_background(node)
+    endpoint = learner_endpoint(node)
+    weights = {k: v.numpy() for k, v in _policy(kind, pixel_size).policy_state_dict().items()}
+    time.sleep(2.0)  # discovery
+    for i in range(pushes):
+        endpoint.send("weights", weights, {"version": i + 1, "push": i, "sent_ns": time.time_ns()})
+        time.sleep(0.3)
+    received, first, last_seen, size = 0, None, time.monotonic(), 0
+    done = False
+    while not done and time.monotonic() - last_seen < 30:
+        for msg in endpoint.receive(0.5):
+            if msg.kind != "transition":
+                continue
+            now = time.monotonic()
+            first = first or now
+            last_seen = now
+            received += 1
+            size = size or sum(a.nbytes for a in msg.arrays.values())
+            done = done or bool(msg.meta.get("last"))
+    seconds = (last_seen - first) if first else 1.0
+    Path(result_file).write_text(json.dumps({"received": received, "seconds": max(seconds, 1e-6),
+                                             "transition_bytes": size,
+                                             "weights_bytes": int(sum(v.nbytes for v in weights.values()))}))
+    executor.shutdown()
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def run(quick: bool = False, log=print) -> dict:
+    p = QUICK if quick else FULL
+    domain = 150 + os.getpid() % 50
+    figures: dict = {"control_hz": 10.0, "pixel_image_size": p["pixel_size"], "throughput_image_size": THROUGHPUT_IMAGE}
+    with tempfile.TemporaryDirectory(prefix="bench-ros-") as tmp:
+        for kind in ("state", "pixels"):
+            figures.update(control_loop(kind, p, domain, Path(tmp), log))
+            figures.update(learner_link(kind, p, domain, Path(tmp), log))
+    figures["notes"] = [
+        "DDS: Fast DDS over loopback (ROS 2 Kilted wheels from PyPI); arm, cameras and learner side in their own "
+        "processes on this 2-core machine",
+        "frame_to_command: a sim camera's stamp is the scene instant it renders, so render time is included",
+        "transitions: pixels = obs and next_obs with two 128x128 RGB images each, state = state vectors (wire "
+        "frames, safetensors)",
+    ]
+    return figures
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "peer":
+        peer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
