@@ -10,6 +10,7 @@ with the learner gone the actor keeps its rate with the last weights it has.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ class ActorNodeConfig:
     keep: str = "all"  # episodes to record: all, successes
     episodes: int = 0  # stop after this many recorded episodes (0: no limit)
     policy: str = "learner"  # learner (weights from learner_node), expert (the sim's scripted expert), teleop
+    run_dir: str = ""  # where to write actor_summary.json when the run ends (robot-rl report reads it)
     seed: int = 0
     demo_store: str = ""  # the learner's demonstrations, if any: then the policy acts residually on a BC base
 
@@ -138,6 +140,7 @@ class ActorNode(Node):
         self.recorder = EpisodeRecorder(self.sink)
         self.weights_version = 0
         self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "recorded": 0}
+        self.episodes: list[dict] = []
 
     def poll_learner(self, timeout: float = 0.0) -> None:
         for msg in self.endpoint.receive(timeout):
@@ -177,6 +180,7 @@ class ActorNode(Node):
         raw, _ = self.env.reset(seed=cfg.seed)
         if self.expert is not None:
             self.expert.reset()
+        solved = False  # sim ground truth, at any step of the episode
         if cfg.record:
             self.recorder.start(raw)
         while not stop.is_set() and rclpy.ok(context=self.context):
@@ -196,10 +200,14 @@ class ActorNode(Node):
                                    is_intervention=human is not None)
             self.stats["steps"] += 1
             self.stats["interventions"] += human is not None
+            solved = solved or bool(info.get("ground_truth_success", info["success"]))
             raw = next_raw
             if terminated or truncated:
                 self.stats["episodes"] += 1
                 self.stats["successes"] += bool(info["success"])
+                self.episodes.append({"steps": self.stats["steps"], "success": bool(info["success"]),
+                                      "ground_truth_solved": solved if self.cfg.sim else None})
+                solved = False
                 if cfg.record and (cfg.keep == "all" or info["success"]):
                     self.recorder.finish()
                     self.stats["recorded"] += 1
@@ -212,6 +220,25 @@ class ActorNode(Node):
                 if cfg.record:
                     self.recorder.start(raw)
         self.publish_status()
+        self.write_summary()
+
+    def write_summary(self) -> None:
+        """``<run_dir>/actor_summary.json``: what this actor did, for ``robot-rl report``."""
+        if not self.cfg.run_dir:
+            return
+        from pathlib import Path
+
+        latencies = self.ros_env.latencies_ms
+        summary = {"task": self.cfg.task, "obs": self.cfg.obs, "policy": self.cfg.policy,
+                   "reward": "classifier" if self.cfg.reward_classifier else "ground_truth",
+                   "reward_classifier": self.cfg.reward_classifier or None, "demo_store": self.cfg.demo_store or None,
+                   **self.stats, "weights_version": self.weights_version,
+                   "frame_to_command_ms_p50": float(np.percentile(latencies, 50)) if latencies else None,
+                   "frame_to_command_ms_p99": float(np.percentile(latencies, 99)) if latencies else None,
+                   "episode_log": self.episodes}
+        path = Path(self.cfg.run_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "actor_summary.json").write_text(json.dumps(summary, indent=1))
 
 
 def main(args=None) -> None:

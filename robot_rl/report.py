@@ -28,10 +28,42 @@ def _metrics_row(name: str, m: dict) -> str:
             f"{m['precision']:.3f} | {m['recall']:.3f} | {m['fpr']:.4f} | {m['roc_auc']:.4f} |")
 
 
+def _ros_run_lines(run: Path, actor: dict) -> tuple[list[str], dict]:
+    """A run of the ROS 2 stack: the actor's log of episodes, and the final evaluation if any."""
+    lines = [f"# {actor['task']} ({actor['obs']} policy) — training report (ROS 2 stack)", "",
+             f"- reward: **{'learned success classifier' if actor['reward'] == 'classifier' else 'sim ground truth'}**",
+             f"- demonstrations: {actor.get('demo_store') or 'none'}",
+             f"- env steps: {actor['steps']}, episodes: {actor['episodes']}, weights received: v{actor['weights_version']}",
+             f"- frame-to-command latency p50/p99: {actor['frame_to_command_ms_p50']:.1f} / "
+             f"{actor['frame_to_command_ms_p99']:.1f} ms" if actor.get("frame_to_command_ms_p50") is not None else "- no steps",
+             ]
+    evaluation = run / "eval.json"
+    if evaluation.is_file():
+        e = json.loads(evaluation.read_text())
+        lines.append(f"- final success (ground truth, {e['episodes']} episodes): {e['success_rate']:.2f}")
+    log = actor.get("episode_log") or []
+    lines += ["", "Training episodes, in blocks of 10 (success as the reward saw it):", "",
+              "| episodes | env steps at end | success |", "|---|---:|---:|"]
+    for i in range(0, len(log), 10):
+        block = log[i:i + 10]
+        lines.append(f"| {i + 1}-{i + len(block)} | {block[-1]['steps']} | {sum(e['success'] for e in block) / len(block):.2f} |")
+    counts = {}
+    if actor["reward"] == "classifier" and all(e.get("ground_truth_solved") is not None for e in log):
+        for name, said, truth in (("true_positive", True, True), ("false_positive", True, False),
+                                  ("false_negative", False, True), ("true_negative", False, False)):
+            counts[name] = sum(e["success"] == said and e["ground_truth_solved"] == truth for e in log)
+    return lines, {"reward": actor["reward"], "classifier_episodes": counts,
+                   "reward_classifier": actor.get("reward_classifier")}
+
+
 def write_report(run_dir: str | Path) -> Path:
     run = Path(run_dir)
+    if not (run / "summary.json").is_file() and (run / "actor_summary.json").is_file():
+        lines, info = _ros_run_lines(run, json.loads((run / "actor_summary.json").read_text()))
+        return _finish(run, lines, info["reward"], info["reward_classifier"], info["classifier_episodes"])
     if not (run / "summary.json").is_file():
-        raise ReportError(f"{run} has no summary.json: not a finished training run")
+        raise ReportError(f"{run} has no summary.json (robot-rl train) or actor_summary.json (ROS 2 stack): "
+                          "not a finished training run")
     summary = json.loads((run / "summary.json").read_text())
     config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
     lines = [f"# {summary['task']} ({summary['obs']} policy) — training report", ""]
@@ -48,10 +80,12 @@ def write_report(run_dir: str | Path) -> Path:
     lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episode_length']:.1f} |" for e in summary["evals"]]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
-    classifier = config.get("reward_classifier")
+    return _finish(run, lines, reward, config.get("reward_classifier"), summary.get("classifier_episodes") or {})
+
+
+def _finish(run: Path, lines: list[str], reward: str, classifier: str | None, counts: dict) -> Path:
     if reward == "classifier" and classifier:
         lines += ["", "## Success classifier", "", f"`{classifier}`", ""]
-        counts = summary.get("classifier_episodes") or {}
         if counts:
             lines += ["Training episodes, classifier's verdict vs ground truth (solved at any step):", "",
                       "| | solved | not solved |", "|---|---:|---:|",
