@@ -140,7 +140,9 @@ class RosArmEnv(gym.Env):
         self.trigger, self._float32 = Trigger, Float32
         self._last_stamp = 0
         self._steps = 0
-        self.latencies_ms: list[float] = []  # newest camera frame (or arm state) -> command published
+        self.latencies_ms: list[float] = []  # oldest input's stamp (frame, or arm state) -> command published
+        self.ready_latencies_ms: list[float] = []  # observation complete here -> command published
+        self._ready_ns = 0
         self.command_times: list[float] = []
 
     # ---- callbacks (executor thread) ----------------------------------------------------
@@ -190,6 +192,7 @@ class RosArmEnv(gym.Env):
                     self.log(f"rejecting {reason}")
                     warned = reason
                 self.assembler.lock.wait(0.02)
+        self._ready_ns = time.time_ns()
         self._last_stamp = obs.pop("stamp_ns")
         self._obs_stamp = obs.pop("frame_stamp_ns", self._last_stamp)
         return obs
@@ -222,6 +225,7 @@ class RosArmEnv(gym.Env):
         self.pub_gripper.publish(self._float32(data=float(act[6])))
         published = time.time_ns()
         self.latencies_ms.append((published - self._obs_stamp) / 1e6)
+        self.ready_latencies_ms.append((published - self._ready_ns) / 1e6)
         self.command_times.append(published / 1e9)
         obs = self._wait_observation()
         self._steps += 1

@@ -9,10 +9,14 @@ JSON, never pickle). The learner and actors never know which transport they use.
 
 from __future__ import annotations
 
+import logging
+
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.runtime.transport import Endpoint, _Mailbox
 from robot_rl.runtime.wire import Message, decode, encode
+
+log = logging.getLogger(__name__)
 
 
 class RosEndpoint(Endpoint):
@@ -45,7 +49,13 @@ class RosEndpoint(Endpoint):
         data = encode(kind, arrays, meta)
         if self._closed:
             return self._count_drop()
-        self._pubs[self._routes.get(kind, self._default)].publish(msgs.payload_msg(data))
+        try:
+            self._pubs[self._routes.get(kind, self._default)].publish(msgs.payload_msg(data))
+        except Exception as e:  # DDS out of resources under a flood, or shutting down: drop, never crash
+            if not getattr(self, "_warned", False):
+                self._warned = True
+                log.warning("dropping %s message: %s", kind, e)
+            return self._count_drop()
         return True
 
     def receive(self, timeout: float | None = 0.0) -> list[Message]:

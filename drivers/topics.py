@@ -35,11 +35,12 @@ def camera_info(name: str) -> str:
 TELEOP_ACTION = "teleop/action"  # std_msgs/Float32MultiArray: the contract action [7]
 TELEOP_INTERVENING = "teleop/intervening"  # std_msgs/Bool: the human holds the controls
 TELEOP_EVENTS = "teleop/events"  # std_msgs/String: "success", "failure", "reset"
-# learning
-TRANSITIONS = "learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (actor -> learner)
-WEIGHTS = "learner/weights"  # std_msgs/UInt8MultiArray: wire frame, transient local (learner -> actors)
-LEARNER_EVENTS = "learner/events"  # std_msgs/UInt8MultiArray: status, checkpoint_saved, error (wire frames)
-EPISODES = "recorder/episodes"  # std_msgs/UInt8MultiArray: one finished episode per message
+# learning: absolute names, so that several robots (arm, cameras and actor under a namespace
+# each: robot1/arm/..., robot2/arm/...) feed one learner and one recorder
+TRANSITIONS = "/learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (actors -> learner)
+WEIGHTS = "/learner/weights"  # std_msgs/UInt8MultiArray: wire frame, transient local (learner -> actors)
+LEARNER_EVENTS = "/learner/events"  # std_msgs/UInt8MultiArray: status, checkpoint_saved, error (wire frames)
+EPISODES = "/recorder/episodes"  # std_msgs/UInt8MultiArray: one finished episode per message
 
 
 def qos_sensor(depth: int = 2):

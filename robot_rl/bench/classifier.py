@@ -3,7 +3,8 @@
 1. Classifier data, as HIL-SERL tells an operator to record it: 20 successful takes of the
    scripted expert (noise 0.1), each followed by 30 frames carrying the cube about and up
    through the workspace, and 20 failed takes (noise 0.5), each followed by 20 frames of the
-   arm moving about and up without it; front + wrist cameras at 64x64; every frame labelled
+   arm moving about and up without it; front, wrist and side cameras at 64x64 (the side camera
+   looks level at the 10 cm lift line); every frame labelled
    by ground truth. Trained 4000 steps, calibrated for 1% false positives on held-out episodes.
 2. Held-out rollouts of policies that made none of that data: the scripted expert at noise 0.3,
    and the ground-truth run's first checkpoint (a partly trained agent, stochastic policy),
@@ -31,10 +32,10 @@ FULL = dict(image_size=64, successes=20, failures=20, hold_success=30, hold_fail
             env_steps=20_000, eval_every=1000, eval_episodes=50, heldout_expert=30, heldout_agent=20,
             pretrain=1000, warmup=1000, checkpoint_every=2000)
 QUICK = dict(image_size=32, successes=2, failures=2, hold_success=3, hold_failure=2, classifier_steps=20,
-             env_steps=40, eval_every=20, eval_episodes=2, heldout_expert=2, heldout_agent=1,
-             pretrain=20, warmup=10, checkpoint_every=20)
+             env_steps=120, eval_every=60, eval_episodes=2, heldout_expert=2, heldout_agent=1,
+             pretrain=20, warmup=10, checkpoint_every=60)  # env_steps > the 100-step time limit: an episode ends
 HOLD_MOTION, HOLD_RISE = 0.4, 0.3  # the arm wanders and rises after a take: see record_rollouts
-CAMERAS = ("front", "wrist")
+CAMERAS = ("front", "wrist", "side")  # the side camera looks level at the lift height
 FULL_EPISODE = 10_000  # held-out rollouts are not cut at success: the actor goes on to the time limit
 
 
@@ -141,7 +142,7 @@ def run(quick: bool = False, log=print) -> dict:
         "total_wall_s": round(time.time() - t0, 1),
         "notes": [
             "classifier data: 20 successful takes (expert noise 0.1, then 30 frames carrying the cube about and up) + "
-            "20 failed takes (expert noise 0.5, then 20 frames of the arm moving about and up), front+wrist 64x64; "
+            "20 failed takes (expert noise 0.5, then 20 frames of the arm moving about and up), front+wrist+side 64x64; "
             "threshold for 1% FPR on held-out training episodes, never below 0.5",
             "held-out: full-length rollouts (not cut at success) of the scripted expert at noise 0.3 and of the "
             "ground-truth run's first checkpoint (stochastic policy), neither of which made training data; frame "
