@@ -59,13 +59,7 @@ class RosEndpoint(Endpoint):
         return True
 
     def receive(self, timeout: float | None = 0.0) -> list[Message]:
-        out = []
-        for slot in self._inbox.get_all(timeout):
-            try:
-                out.append(decode(slot.payload))
-            except ValueError as e:
-                self._count_corrupt(e)
-        return out
+        return self._decode_all(self._inbox.get_all(timeout))
 
     def close(self) -> None:
         self._closed = True

@@ -233,6 +233,16 @@ class Endpoint(ABC):
             self.corrupt += 1
         log.warning("discarding undecodable message: %s", err)
 
+    def _decode_all(self, slots) -> list[Message]:
+        """Queued frames -> messages; undecodable ones are counted in ``corrupt`` and skipped."""
+        out = []
+        for slot in slots:
+            try:
+                out.append(decode(slot.payload))
+            except ValueError as e:
+                self._count_corrupt(e)
+        return out
+
     @abstractmethod
     def send(
         self,
@@ -291,13 +301,7 @@ class _InProcessEndpoint(Endpoint):
         return True
 
     def receive(self, timeout: float | None = 0.0) -> list[Message]:
-        out = []
-        for slot in self._inbox.get_all(timeout):
-            try:
-                out.append(decode(slot.payload))
-            except ValueError as e:
-                self._count_corrupt(e)
-        return out
+        return self._decode_all(self._inbox.get_all(timeout))
 
     def close(self) -> None:
         self._closed = True
