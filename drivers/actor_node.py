@@ -167,7 +167,7 @@ class ActorNode(Node):
         return np.zeros(7, np.float32)  # teleop: no human action -> hold still
 
     def publish_status(self) -> None:
-        latencies = self.ros_env.latencies_ms[-100:]
+        latencies = list(self.ros_env.latencies_ms)[-100:]
         self.pub_status.publish(String(data=status_json(
             **self.stats, weights_version=self.weights_version, dropped_transitions=self.endpoint.dropped,
             frame_to_command_ms_p50=float(np.percentile(latencies, 50)) if latencies else None)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 import gymnasium as gym
 import numpy as np
@@ -140,10 +141,11 @@ class RosArmEnv(gym.Env):
         self.trigger, self._float32 = Trigger, Float32
         self._last_stamp = 0
         self._steps = 0
-        self.latencies_ms: list[float] = []  # oldest input's stamp (frame, or arm state) -> command published
-        self.ready_latencies_ms: list[float] = []  # observation complete here -> command published
+        # the last 10k control steps (bounded: an actor runs for hours)
+        self.latencies_ms: deque[float] = deque(maxlen=10_000)  # oldest input's stamp -> command published
+        self.ready_latencies_ms: deque[float] = deque(maxlen=10_000)  # observation complete -> command published
         self._ready_ns = 0
-        self.command_times: list[float] = []
+        self.command_times: deque[float] = deque(maxlen=10_000)
 
     # ---- callbacks (executor thread) ----------------------------------------------------
     def _on_gripper(self, msg):
