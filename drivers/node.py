@@ -60,24 +60,37 @@ def run(node_factory, args=None) -> None:
         rclpy.try_shutdown()
 
 
-def spin_in_background(node):
-    """Spin ``node`` on a daemon thread (the caller's thread runs a blocking loop: the actor's
-    control loop, the learner's updates); returns the executor to shut down."""
-    import threading
+class BackgroundSpinner:
+    """A node's callbacks spinning on a thread; ``shutdown()`` stops the executor and joins the
+    thread, so nothing of rclpy is torn down under a running spin (that aborts the process)."""
 
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    def __init__(self, node):
+        import threading
 
-    executor = SingleThreadedExecutor(context=node.context)
-    executor.add_node(node)
+        from rclpy.executors import SingleThreadedExecutor
 
-    def spin():
+        self.executor = SingleThreadedExecutor(context=node.context)
+        self.executor.add_node(node)
+        self.thread = threading.Thread(target=self._spin, daemon=True, name=f"{node.get_name()}-executor")
+        self.thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
         try:
-            executor.spin()
+            self.executor.spin()
         except ExternalShutdownException:
             pass
 
-    threading.Thread(target=spin, daemon=True, name=f"{node.get_name()}-executor").start()
-    return executor
+    def shutdown(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self.thread.join(5.0)
+
+
+def spin_in_background(node) -> BackgroundSpinner:
+    """Spin ``node`` on a daemon thread (the caller's thread runs a blocking loop: the actor's
+    control loop, the learner's updates)."""
+    return BackgroundSpinner(node)
 
 
 def run_loop(node_factory, args=None) -> None:

@@ -174,7 +174,7 @@ def test_unknown_backend_lists_backends():
 
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="unknown cameras"):
-        make("PickCube", cameras=("side",))
+        make("PickCube", cameras=("top",))
     with pytest.raises(ValueError, match="image_size"):
         make("PickCube", image_size=(4, 4))
 
