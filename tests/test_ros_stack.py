@@ -91,3 +91,41 @@ def test_sim_stack_trains_and_survives_a_learner_restart(tmp_path):
     episode = store.get_episode(0)
     assert episode["front"].shape[1:] == (SIZE, SIZE, 3) and episode["has_action"][:-1].all()
     assert "privileged_cube" in store.fields  # the sim's object poses are kept for evaluation
+
+
+@pytest.mark.timeout(300)
+def test_two_robots_feed_one_learner(tmp_path):
+    """Arm and actor per robot under a namespace (robot1/arm/..., robot2/arm/...); the learner's
+    topics are absolute, so one learner trains from both and both act with its weights."""
+    from std_msgs.msg import UInt8MultiArray
+
+    from robot_rl.runtime.wire import decode
+
+    demos = tmp_path / "demos.zarr"
+    record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")
+    state = {"task": "PickCube", "obs": "state", "cameras": "[]"}
+    domain = free_domain_id()
+    probe = Probe(domain)
+    status = {ns: probe.subscribe(String, f"/{ns}/actor/status", topics.qos_latched()) for ns in ("robot1", "robot2")}
+    events = probe.subscribe(UInt8MultiArray, topics.LEARNER_EVENTS, topics.qos_data())
+    learner_params = {**state, "run_dir": str(tmp_path / "run"), "demo_store": str(demos), "pretrain_steps": 20,
+                      "critic_warmup_steps": 20, "batch_size": 16, "utd": 0.5, "weights_every": 5}
+    actor_params = {**state, "demo_store": str(demos), "record": False, "max_episode_steps": 15}
+    with node_process("robot_rl.drivers.arm_node", {"seed": 1}, domain, tmp_path, "arm1", "/robot1"), \
+            node_process("robot_rl.drivers.arm_node", {"seed": 2}, domain, tmp_path, "arm2", "/robot2"), \
+            node_process("robot_rl.drivers.learner_node", learner_params, domain, tmp_path), \
+            node_process("robot_rl.drivers.actor_node", actor_params, domain, tmp_path, "actor1", "/robot1"), \
+            node_process("robot_rl.drivers.actor_node", actor_params, domain, tmp_path, "actor2", "/robot2"):
+        try:
+            def learner_online() -> int:
+                kinds = [decode(bytes(m.data)) for _, m in events[-20:]]
+                return max([k.meta.get("online", 0) for k in kinds if k.kind == "status"], default=0)
+
+            probe.spin_until(lambda: all(latest(status[ns]).get("steps", 0) >= 30 and
+                                         latest(status[ns]).get("weights_version", 0) >= 2 for ns in status), 200,
+                             "both robots acting with updated weights")
+            steps = {ns: latest(status[ns])["steps"] for ns in status}
+            probe.spin_until(lambda: learner_online() >= sum(steps.values()), 30, "the learner counting both")
+            assert learner_online() > max(steps.values())  # transitions from both robots
+        finally:
+            probe.close()

@@ -25,9 +25,10 @@ def free_domain_id() -> int:
 
 
 @contextlib.contextmanager
-def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path, name: str | None = None):
-    """``python -m module --ros-args -p k:=v ...``; SIGTERM (then SIGKILL) on exit."""
-    args = [sys.executable, "-m", module, "--ros-args"]
+def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path, name: str | None = None,
+                 namespace: str | None = None):
+    """``python -m module --ros-args [-r __ns:=namespace] -p k:=v ...``; SIGTERM (then SIGKILL) on exit."""
+    args = [sys.executable, "-m", module, "--ros-args"] + (["-r", f"__ns:={namespace}"] if namespace else [])
     for key, value in (params or {}).items():
         if isinstance(value, bool):
             value = str(value).lower()
