@@ -35,6 +35,7 @@ class RosEndpoint(Endpoint):
         for topic in subscribe:
             node.create_subscription(UInt8MultiArray, topic, self._on_frame, qos_for(topic))
         self._closed = False
+        self._warned_publish = False
 
     def _on_frame(self, msg) -> None:
         data = msgs.payload_bytes(msg)
@@ -52,8 +53,8 @@ class RosEndpoint(Endpoint):
         try:
             self._pubs[self._routes.get(kind, self._default)].publish(msgs.payload_msg(data))
         except Exception as e:  # DDS out of resources under a flood, or shutting down: drop, never crash
-            if not getattr(self, "_warned", False):
-                self._warned = True
+            if not self._warned_publish:
+                self._warned_publish = True
                 log.warning("dropping %s message: %s", kind, e)
             return self._count_drop()
         return True
