@@ -135,6 +135,13 @@ class ArmNode(Node):
 
     def publish_state(self):
         now = time.time_ns()
+        if self.pub_scene is not None:  # first: the sim cameras start rendering this instant at once
+            scene = self.backend.scene_state()
+            self.pub_scene.publish(Float64MultiArray(data=[now / 1e9, *scene.tolist()]))
+            self.pub_success.publish(Float64MultiArray(data=[now / 1e9, float(self.backend.success)]))
+            privileged = self.backend.privileged()
+            poses = [float(v) for k in sorted(privileged) for v in privileged[k]]
+            self.pub_objects.publish(Float64MultiArray(data=[now / 1e9, *poses]))
         state = self.backend.state()
         frame = self.cfg.frame_id
         names, q, qd = self.backend.joint_state()
@@ -145,13 +152,6 @@ class ArmNode(Node):
         self.pub_wrench.publish(msgs.wrench_msg(state, now, frame))
         width = float(state[STATE_SLICES["gripper_width"]][0])
         self.pub_gripper.publish(JointState(header=msgs.header(now, frame), name=["width"], position=[width]))
-        if self.pub_scene is not None:
-            scene = self.backend.scene_state()
-            self.pub_scene.publish(Float64MultiArray(data=[now / 1e9, *scene.tolist()]))
-            self.pub_success.publish(Float64MultiArray(data=[now / 1e9, float(self.backend.success)]))
-            privileged = self.backend.privileged()
-            poses = [float(v) for k in sorted(privileged) for v in privileged[k]]
-            self.pub_objects.publish(Float64MultiArray(data=[now / 1e9, *poses]))
 
     def publish_status(self):
         s = self.supervisor

@@ -4,7 +4,11 @@ the recorder use it exactly as they use the sim twin.
 ``step(action)`` publishes the action as the arm's velocity and gripper commands, then waits for
 the arm's next control tick and for camera frames of that instant (a frame older than the arm
 state by more than ``max_frame_lag_s`` is stale: it is rejected with a log line and the env
-waits for a fresh one, up to ``stale_timeout_s``, after which it raises). ``reset()`` calls the
+waits for a fresh one, up to ``stale_timeout_s``, after which it raises). With
+``command_latency_s`` > 0 a command leaves at a fixed delay after the arm tick its observation
+belongs to (or at once, counted as a miss, when the policy is later than that): the robot then
+sees a constant observation-to-action delay and a regular command rate, whatever the render
+and inference times of the step; 0 sends each command the moment it is ready. ``reset()`` calls the
 arm's reset service. In sim the arm also publishes the ground-truth success (reward 1 and the
 episode end, as the twin does) and the object poses (for state-observation policies).
 
@@ -101,7 +105,7 @@ class RosArmEnv(gym.Env):
     def __init__(self, node, task: str = "PickCube", cameras: tuple[str, ...] = (), image_size=(128, 128),
                  sim: bool = True, privileged: bool = False, limits: ControlLimits = ControlLimits(),
                  max_episode_steps: int | None = None, max_frame_lag_s: float | None = None,
-                 stale_timeout_s: float = 5.0, log=None):
+                 stale_timeout_s: float = 5.0, command_latency_s: float = 0.0, log=None):
         from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float32, Float64MultiArray
@@ -117,6 +121,11 @@ class RosArmEnv(gym.Env):
         self.period_s = 1.0 / limits.control_hz
         lag = max_frame_lag_s if max_frame_lag_s is not None else 0.5 * self.period_s
         self.stale_timeout_s = stale_timeout_s
+        if not 0.0 <= command_latency_s < self.period_s:
+            raise ValueError(f"command latency {command_latency_s * 1e3:g} ms must lie in [0, one control period "
+                             f"= {self.period_s * 1e3:g} ms)")
+        self.command_latency_ns = int(command_latency_s * 1e9)
+        self.command_latency_misses = 0
         self.log = log or node.get_logger().warning
         priv = self.task.privileged_sizes() if privileged else None
         self.action_space = contract.action_space()
@@ -143,7 +152,7 @@ class RosArmEnv(gym.Env):
         self._steps = 0
         # the last 10k control steps (bounded: an actor runs for hours)
         self.latencies_ms: deque[float] = deque(maxlen=10_000)  # oldest input's stamp -> command published
-        self.ready_latencies_ms: deque[float] = deque(maxlen=10_000)  # observation complete -> command published
+        self.ready_latencies_ms: deque[float] = deque(maxlen=10_000)  # observation complete -> action ready
         self._ready_ns = 0
         self.command_times: deque[float] = deque(maxlen=10_000)
 
@@ -220,6 +229,13 @@ class RosArmEnv(gym.Env):
 
     def step(self, action):
         act = validate_action(action)
+        self.ready_latencies_ms.append((time.time_ns() - self._ready_ns) / 1e6)
+        if self.command_latency_ns:
+            wait_ns = self._last_stamp + self.command_latency_ns - time.time_ns()
+            if wait_ns > 0:
+                time.sleep(wait_ns / 1e9)
+            else:
+                self.command_latency_misses += 1
         now = time.time_ns()
         twist = msgs.delta_to_twist(act, now, self.limits.max_translation_m, self.limits.max_rotation_rad,
                                     self.limits.control_hz)
@@ -227,7 +243,6 @@ class RosArmEnv(gym.Env):
         self.pub_gripper.publish(self._float32(data=float(act[6])))
         published = time.time_ns()
         self.latencies_ms.append((published - self._obs_stamp) / 1e6)
-        self.ready_latencies_ms.append((published - self._ready_ns) / 1e6)
         self.command_times.append(published / 1e9)
         obs = self._wait_observation()
         self._steps += 1

@@ -103,7 +103,8 @@ def _cmd_record(args) -> int:
                               seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
                               cameras=tuple(args.cameras), keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
                               hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
-                              hold_rise=args.hold_rise, continue_after_success=args.continue_after_success,
+                              hold_rise=args.hold_rise, hold_release=args.hold_release,
+                              continue_after_success=args.continue_after_success,
                               policy=args.policy)
     print(json.dumps(summary))
     return 0
@@ -261,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="random arm motion while holding (action std): frames on both sides of the success boundary")
     rec.add_argument("--hold-rise", type=float, default=0.0,
                      help="mean upward action while holding (carries the object up through the workspace)")
+    rec.add_argument("--hold-release", type=float, default=0.0, metavar="SHARE",
+                     help="share of successful takes whose hold lets go of the object (falling objects above the "
+                          "line are successes too)")
     rec.add_argument("--continue-after-success", type=int, default=0, metavar="STEPS",
                      help="the actor goes on acting this many steps after success (rollouts not cut at success)")
     rec.add_argument("--seed", type=int, default=0)

@@ -427,3 +427,42 @@ def test_observation_assembler_rejects_stale_frames_with_a_reason():
         obs, _ = asm.observation(0)
         assert obs["images"]["front"][0, 0, 0] == 1 and obs["state"][13] == pytest.approx(0.04)
         assert asm.observation(t)[1] == "waiting for the arm's next control tick"  # nothing newer than t yet
+
+
+def test_commands_leave_a_fixed_latency_after_their_arm_tick_and_late_ones_are_counted():
+    """With command_latency_s the actor holds each command until its observation's arm tick +
+    the latency (a constant delay, a regular rate); a policy later than that sends at once and
+    the miss is counted. The latency must fit in one control period."""
+    from robot_rl.drivers.ros_env import RosArmEnv
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=free_domain_id())
+    try:
+        node = rclpy.node.Node("actor_latency_under_test", context=context)
+        with pytest.raises(ValueError, match="must lie in"):
+            RosArmEnv(node, "PickCube", sim=False, command_latency_s=0.1)
+        env = RosArmEnv(node, "PickCube", sim=False, command_latency_s=0.03)
+        pose = PoseStamped()
+        pose.pose.orientation.w = 1.0
+
+        def next_tick(stamp_ns):  # the arm's state of the next tick, already there
+            for kind, value in (("pose", pose), ("twist", TwistStamped()), ("wrench", msgs.WrenchStamped()),
+                                ("width", 0.04)):
+                env.assembler.put(kind, stamp_ns, value)
+
+        tick = time.time_ns()
+        env._last_stamp = env._obs_stamp = tick  # the observation the action is for
+        next_tick(tick + 1)
+        env.step(np.zeros(7, np.float32))
+        sent_after_ms = env.command_times[-1] * 1e3 - tick / 1e6
+        assert 30.0 <= sent_after_ms < 90.0 and env.command_latency_misses == 0
+
+        late_tick = time.time_ns() - 50_000_000  # the policy took 50 ms: past the 30 ms mark
+        env._last_stamp = env._obs_stamp = late_tick
+        next_tick(late_tick + 1)
+        before = time.time()
+        env.step(np.zeros(7, np.float32))
+        assert env.command_times[-1] - before < 0.02 and env.command_latency_misses == 1
+        node.destroy_node()
+    finally:
+        context.try_shutdown()

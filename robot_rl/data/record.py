@@ -44,7 +44,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
                     seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
                     cameras: tuple[str, ...] = ("front", "wrist"), keep: str = "all",
                     image_codec: str = "lossless", hold_after_success: int = 0, hold_after_failure: int = 0,
-                    hold_motion: float = 0.0, hold_rise: float = 0.0,
+                    hold_motion: float = 0.0, hold_rise: float = 0.0, hold_release: float = 0.0,
                     continue_after_success: int = 0, policy: str | Path | None = None, on_episode=None) -> dict:
     """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
     The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
@@ -59,7 +59,10 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     classifier where the boundary is; ``hold_rise`` adds that mean upward action (the held
     object carried up through the workspace). ``hold_after_failure`` records the same motion
     after a failed take (the arm moving about without the object: negatives that look like
-    the success pose from the arm's side). ``continue_after_success`` instead lets the actor go on
+    the success pose from the arm's side). ``hold_release`` is the share of successful takes
+    whose hold lets go of the object at a random step of its second half (the gripper opens
+    and stays open): an object falling or flung through the air above the line is a success
+    by ground truth that a held object never shows. ``continue_after_success`` instead lets the actor go on
     acting for that many steps, up to the episode's time limit (a rollout not cut at success:
     what the actor does next).
     Those frames come after the terminal transition, so demo loading ignores them."""
@@ -71,6 +74,8 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     if (hold_after_success or hold_after_failure) and continue_after_success:
         raise ValueError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
                          "(the actor goes on), not both")
+    if not 0.0 <= hold_release <= 1.0:
+        raise ValueError(f"hold_release is a share of takes in [0, 1], got {hold_release}")
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
     env = make(task, backend, images=images, image_size=tuple(image_size), cameras=tuple(cameras))
@@ -86,7 +91,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
                                     images=image_codec, backend=backend, **source,
                                     hold_after_success=hold_after_success, hold_after_failure=hold_after_failure,
-                                    hold_motion=hold_motion, hold_rise=hold_rise,
+                                    hold_motion=hold_motion, hold_rise=hold_rise, hold_release=hold_release,
                                     continue_after_success=continue_after_success)
         period = 1.0 / env.limits.control_hz
         t = [0.0]
@@ -110,8 +115,13 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
                     break
             # a rollout that goes on stops at the episode's time limit; a held pose does not
             after = hold_after_success + min(continue_after_success, env.max_episode_steps - steps)
-            for _ in range(after if info["success"] else hold_after_failure):
+            release_at = (int(hold_rng.integers(hold_after_success // 2, hold_after_success))
+                          if hold_release > 0 and info["success"] and hold_after_success
+                          and hold_rng.random() < hold_release else None)
+            for i in range(after if info["success"] else hold_after_failure):
                 hold = np.zeros(env.action_space.shape, np.float32)  # gripper as it is
+                if release_at is not None and i >= release_at:
+                    hold[6] = -1.0  # open
                 if continue_after_success:
                     hold = actor(obs)
                 elif hold_motion > 0 or hold_rise > 0:
