@@ -388,3 +388,21 @@ def test_held_success_frames_label_by_ground_truth_and_stay_out_of_demos(tmp_pat
     assert len(to_the_limit["action"]) == 100 + 1  # the time limit of PickCube, then the final frame
     with pytest.raises(ValueError, match="not both"):
         record_rollouts(tmp_path / "x.zarr", "PickCube", 1, hold_after_success=2, continue_after_success=2)
+
+
+def test_a_released_hold_drops_the_object_and_ground_truth_labels_the_fall(tmp_path):
+    released = EpisodeStore.open(record_rollouts(tmp_path / "r.zarr", "PickCube", 2, noise=0.1, seed=10_000,
+                                               keep="successes", hold_after_success=20, hold_rise=0.5,
+                                               hold_release=1.0)["path"])
+    for i in range(2):
+        ep = released[i]
+        n_hold_start = len(ep["action"]) - 21  # the 20 hold actions, then the final frame's
+        opened = n_hold_start + np.flatnonzero(ep["action"][n_hold_start:-1, 6] < -0.5)
+        assert len(opened) and opened[0] >= n_hold_start + 10  # in the hold's second half, then open for good
+        assert (ep["action"][opened[0]:-1, 6] == -1).all()
+        z = ep["privileged_cube"][:, 2]
+        assert z[-1] < z[opened[0]] - 0.05  # it fell
+        np.testing.assert_array_equal(ep["success"][n_hold_start:], z[n_hold_start:] >= z[0] + 0.10)
+        assert ep["success"][opened[0]] and not ep["success"][-1]
+    with pytest.raises(ValueError, match="share of takes"):
+        record_rollouts(tmp_path / "y.zarr", "PickCube", 1, hold_after_success=2, hold_release=1.5)
