@@ -3,7 +3,12 @@
 Observations come from the arm and camera topics (``RosArmEnv``: stale frames are rejected with
 a log line); the reward is the sim's ground truth or a success classifier (``reward_classifier``);
 the teleop layer may take over (``teleop/intervening`` + ``teleop/action``: the human's action is
-executed and flagged). Every transition goes to the learner, every finished episode to the
+executed, flagged, and goes to both of the learner's buffers) and sends events on ``teleop/events``:
+``success`` / ``failure`` end the episode with that outcome (over the classifier's or the sim's
+reward), ``reset`` ends it now, ``rerecord`` ends it and drops it from the recording, ``pause``
+/ ``resume`` stop and restart acting (the arm's watchdog holds the pose meanwhile). Per step the
+actor publishes ``actor/step`` (step, reward, classifier confidence, intervening) and per
+episode its intervention count and share on ``actor/status``. Every transition goes to the learner, every finished episode to the
 recorder; new weights are swapped in between control steps. Nothing here waits for the learner:
 with the learner gone the actor keeps its rate with the last weights it has.
 """
@@ -60,6 +65,7 @@ class ActorNodeConfig:
 
 
 POLICIES = ("learner", "expert", "teleop")
+EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
 
 
 class EpisodeSink:
@@ -73,6 +79,26 @@ class EpisodeSink:
         self.publisher.publish(msgs.payload_msg(encode("episode", episode, None)))
         self.sent += 1
         return self.sent - 1
+
+
+class EpisodeTally:
+    """One episode's return, length and interventions (a takeover = a run of human steps)."""
+
+    def __init__(self):
+        self.ret, self.steps, self.interventions, self.intervention_steps = 0.0, 0, 0, 0
+        self._was_human = False
+
+    def add(self, reward: float, human: bool) -> None:
+        self.ret += float(reward)
+        self.steps += 1
+        self.intervention_steps += human
+        self.interventions += human and not self._was_human
+        self._was_human = human
+
+    def summary(self) -> dict:
+        return {"episode_steps": self.steps, "return": self.ret, "interventions": self.interventions,
+                "intervention_steps": self.intervention_steps,
+                "intervention_rate": self.intervention_steps / max(self.steps, 1)}
 
 
 class Teleop:
@@ -125,7 +151,9 @@ class ActorNode(Node):
             from robot_rl.reward.wrapper import ClassifierReward
 
             env = ClassifierReward(env, classifier, calibration)
-        self.env = env
+        from robot_rl.reward.wrapper import OperatorOutcome
+
+        self.env = env = OperatorOutcome(env)
         self.flat = FlatObservation(env, cfg.obs)
         train = TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
                             demos=1 if cfg.demo_store else 0)
@@ -139,13 +167,32 @@ class ActorNode(Node):
         self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, self.teleop.on_intervening, 10)
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.teleop.on_action, topics.qos_sensor())
-        self.pub_status = self.create_publisher(String, "actor/status", topics.qos_latched())
+        self.create_subscription(String, topics.TELEOP_EVENTS, self.on_event, 10)
+        self.pub_status = self.create_publisher(String, topics.ACTOR_STATUS, topics.qos_latched())
+        self.pub_step = self.create_publisher(String, topics.ACTOR_STEP, 10)
+        self.events: list[str] = []
+        self.events_lock = threading.Lock()
+        self.paused = False
         fields, _ = store_fields(env.observation_space, env.action_space.shape[0])
         self.sink = EpisodeSink(self.create_publisher(UInt8MultiArray, topics.EPISODES, topics.qos_data(100)), fields)
         self.recorder = EpisodeRecorder(self.sink)
         self.weights_version = 0
-        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "recorded": 0}
+        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "intervention_steps": 0,
+                      "recorded": 0, "rerecorded": 0}
         self.episodes: list[dict] = []
+
+    def on_event(self, msg) -> None:
+        event = msg.data.strip().lower()
+        if event not in EVENTS:
+            self.get_logger().warning(f"ignoring unknown teleop event {msg.data!r}; known: {', '.join(EVENTS)}")
+            return
+        with self.events_lock:
+            self.events.append(event)
+
+    def take_events(self) -> list[str]:
+        with self.events_lock:
+            events, self.events = self.events, []
+        return events
 
     def poll_learner(self, timeout: float = 0.0) -> None:
         for msg in self.endpoint.receive(timeout):
@@ -176,7 +223,8 @@ class ActorNode(Node):
         self.pub_status.publish(String(data=status_json(
             **self.stats, weights_version=self.weights_version, dropped_transitions=self.endpoint.dropped,
             frame_to_command_ms_p50=float(np.percentile(latencies, 50)) if latencies else None,
-            command_latency_misses=self.ros_env.command_latency_misses)))
+            command_latency_misses=self.ros_env.command_latency_misses, paused=self.paused,
+            last_episode=self.episodes[-1] if self.episodes else None)))
 
     def loop(self, stop: threading.Event) -> None:
         cfg = self.cfg
@@ -189,36 +237,72 @@ class ActorNode(Node):
         solved = False  # sim ground truth, at any step of the episode
         if cfg.record:
             self.recorder.start(raw)
+        episode = EpisodeTally()
+        end_request = None  # "reset" / "rerecord": the operator ends the episode at the next step
         while not stop.is_set() and rclpy.ok(context=self.context):
             if cfg.env_steps and self.stats["steps"] >= cfg.env_steps:
                 break
             if cfg.episodes and self.stats["recorded"] >= cfg.episodes:
                 break
+            for event in self.take_events():
+                if event in ("success", "failure"):
+                    self.env.override(event == "success")
+                elif event in ("reset", "rerecord"):
+                    end_request = event
+                elif event == "pause" and not self.paused:
+                    self.paused = True
+                    self.get_logger().info("paused by the operator: holding still until 'resume'")
+                    self.publish_status()
+                elif event == "resume" and self.paused:
+                    self.paused = False
+                    raw = self.ros_env.observe()  # the scene as it is now, not as it was at the pause
+                    self.publish_status()
+            if self.paused:  # nothing is commanded: the arm's watchdog holds the pose
+                time.sleep(0.02)
+                continue
             obs = self.flat.observation(raw)
             human = self.teleop.override()
             action = human if human is not None else self.act(raw, obs)
             next_raw, reward, terminated, truncated, info = self.env.step(action)
+            by_human = human is not None
+            if info.get("applied_by_operator"):  # the arm ran the operator's input: that is what is stored
+                action, by_human = info["applied_action"], True
+            if end_request and not terminated:
+                truncated = True
             if cfg.policy == "learner":
                 self.endpoint.send("transition", transition_arrays(obs, action, reward, self.flat.observation(next_raw),
-                                                                   terminated, truncated, human is not None))
+                                                                   terminated, truncated, by_human))
             if cfg.record:
                 self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
-                                   is_intervention=human is not None)
+                                   is_intervention=by_human)
             self.stats["steps"] += 1
-            self.stats["interventions"] += human is not None
+            episode.add(reward, by_human)
+            self.pub_step.publish(String(data=status_json(
+                episode=self.stats["episodes"], step=episode.steps, reward=float(reward), episode_return=episode.ret,
+                confidence=info.get("classifier_p"), intervening=by_human, success=bool(info["success"]))))
             solved = solved or bool(info.get("ground_truth_success", info["success"]))
             raw = next_raw
             if terminated or truncated:
                 self.stats["episodes"] += 1
                 self.stats["successes"] += bool(info["success"])
+                self.stats["interventions"] += episode.interventions
+                self.stats["intervention_steps"] += episode.intervention_steps
                 self.episodes.append({"steps": self.stats["steps"], "success": bool(info["success"]),
-                                      "ground_truth_solved": solved if self.cfg.sim else None})
+                                      "ground_truth_solved": solved if self.cfg.sim else None,
+                                      "reward_source": info.get("reward_source", "ground_truth"),
+                                      "ended_by": end_request, **episode.summary()})
                 solved = False
-                if cfg.record and (cfg.keep == "all" or info["success"]):
+                if end_request == "rerecord":
+                    if cfg.record:
+                        self.recorder.discard()
+                    self.stats["rerecorded"] += 1
+                elif cfg.record and (cfg.keep == "all" or info["success"]):
                     self.recorder.finish()
                     self.stats["recorded"] += 1
                 elif cfg.record:
                     self.recorder.discard()
+                end_request = None
+                episode = EpisodeTally()
                 self.publish_status()
                 raw, _ = self.env.reset()
                 if self.expert is not None:

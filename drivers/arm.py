@@ -11,7 +11,11 @@ stands between every command and that backend.
                    - watchdog: no command for ``watchdog_periods`` control periods -> hold the
                      pose where the silence began;
                    - e-stop: latches on a stop request; the arm holds until ``release()``;
-                     commands received meanwhile are ignored (counted).
+                     commands received meanwhile are ignored (counted);
+                   - teleop first: while the operator intervenes (and their action is no
+                     older than the watchdog allows), their action is executed, whatever the
+                     policy commands (twist_mux's priority rule): an operator's input reaches
+                     the arm without waiting for the policy's next step.
 """
 
 from __future__ import annotations
@@ -56,7 +60,10 @@ class ArmSupervisor:
         self._last_command = -np.inf
         self.estopped = False
         self._hold: Hold | None = None
-        self.mode = "idle"  # idle (never commanded) | velocity | pose | watchdog | estop
+        self.mode = "idle"  # idle (never commanded) | velocity | pose | teleop | watchdog | estop
+        self._teleop: np.ndarray | None = None  # the operator's contract action [7]
+        self._teleop_time = -np.inf
+        self.teleop_intervening = False
         self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0}
 
     # ---- commands ----------------------------------------------------------------------
@@ -83,6 +90,21 @@ class ArmSupervisor:
         self._gripper = gripper_command(float(np.clip(value, -1.0, 1.0)))
         self._fresh()
 
+    def command_teleop(self, action: np.ndarray) -> None:
+        """The operator's action (the contract's 7 entries); used while they intervene."""
+        if self._ignored():
+            return
+        self._teleop = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
+        self._teleop_time = self.clock()
+
+    def set_intervening(self, intervening: bool) -> None:
+        self.teleop_intervening = bool(intervening)
+
+    @property
+    def teleop_live(self) -> bool:
+        return (self.teleop_intervening and self._teleop is not None
+                and self.clock() - self._teleop_time <= self.watchdog_s)
+
     def _ignored(self) -> bool:
         if self.estopped:
             self.counts["ignored_estopped"] += 1
@@ -108,11 +130,17 @@ class ArmSupervisor:
         self._delta = self._target = self._hold = None
         self._gripper = GripperCommand.STAY
         self._last_command = -np.inf
+        self._teleop, self._teleop_time = None, -np.inf
 
     # ---- the action of this control period --------------------------------------------
     def action(self, state: np.ndarray) -> np.ndarray:
         pos = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
         rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]].astype(np.float64))
+        if not self.estopped and self.teleop_live:
+            self.mode, self._hold = "teleop", None
+            action = self._teleop.copy()
+            action[6] = float(gripper_command(float(action[6])))
+            return self._clip_workspace(pos, action)
         stale = self.clock() - self._last_command > self.watchdog_s
         if self.estopped or stale:
             if self._hold is None:

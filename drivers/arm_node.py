@@ -3,7 +3,9 @@
 Backend ``sim``: the twin, stepped in real time (one control period of physics per timer tick,
 its impedance controller inside). A real arm backend serves the same topics (see topics.py).
 Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box, watchdog,
-latched e-stop); malformed commands are dropped and counted, never fatal.
+latched e-stop, the operator's teleop action first while they intervene); malformed commands
+are dropped and counted, never fatal. Each tick also reports the action it executed and
+whether the operator's it was (``arm/applied_action``), stamped like the state it led to.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, Float32, Float64MultiArray, String
+from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
@@ -67,6 +69,10 @@ class ArmNode(Node):
         self.create_subscription(PoseStamped, topics.POSE_COMMAND, self.on_pose, 10)
         self.create_subscription(Float32, topics.GRIPPER_COMMAND, self.on_gripper, 10)
         self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
+        self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.on_teleop_action, topics.qos_sensor())
+        self.create_subscription(Bool, topics.TELEOP_INTERVENING, lambda m: self.supervisor.set_intervening(m.data), 10)
+        self.pub_applied = self.create_publisher(Float64MultiArray, topics.APPLIED_ACTION, q)
+        self.applied: tuple[np.ndarray, bool] | None = None
         self.create_service(Trigger, topics.RESET, self.on_reset)
         self.create_service(Trigger, topics.RELEASE_ESTOP, self.on_release)
         self.ticks = 0
@@ -97,6 +103,12 @@ class ArmNode(Node):
             return self.drops.drop("gripper command", f"{msg.data}")
         self.supervisor.command_gripper(msg.data)
 
+    def on_teleop_action(self, msg):
+        values = np.asarray(msg.data, np.float64)
+        if values.shape != (7,) or not np.all(np.isfinite(values)):
+            return self.drops.drop("teleop action", f"{len(values)} values" if values.shape != (7,) else "not finite")
+        self.supervisor.command_teleop(values)
+
     def on_estop(self, msg):
         if msg.data and not self.supervisor.estopped:
             self.supervisor.estop()
@@ -124,6 +136,7 @@ class ArmNode(Node):
     def tick(self):
         action = self.supervisor.action(self.backend.state())
         self.backend.apply(action)
+        self.applied = (action, self.supervisor.mode == "teleop")
         self.ticks += 1
         self.publish_state()
         if self.supervisor.mode != self.last_mode or self.ticks % int(self.cfg.control_hz) == 0:
@@ -142,6 +155,10 @@ class ArmNode(Node):
             privileged = self.backend.privileged()
             poses = [float(v) for k in sorted(privileged) for v in privileged[k]]
             self.pub_objects.publish(Float64MultiArray(data=[now / 1e9, *poses]))
+        if self.applied is not None:
+            action, by_operator = self.applied
+            self.pub_applied.publish(Float64MultiArray(data=[now / 1e9, *action.tolist(), float(by_operator)]))
+            self.applied = None
         state = self.backend.state()
         frame = self.cfg.frame_id
         names, q, qd = self.backend.joint_state()

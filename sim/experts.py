@@ -46,6 +46,16 @@ class ScriptedExpert:
         self.phase = "approach"
         self._phase_steps = 0
 
+    def resume(self, obs: dict) -> None:
+        """Take over mid-episode: pick the phase that fits the scene as it is now."""
+        self.reset()
+
+    @staticmethod
+    def progress(obs: dict) -> float:
+        """How far along the task the scene is, 0 (start) to 1 (solved), from the privileged
+        poses: what a watching human judges by eye."""
+        raise NotImplementedError
+
     def __call__(self, obs: dict) -> np.ndarray:
         if "privileged" not in obs:
             raise ValueError("scripted experts read obs['privileged']; create the env with privileged=True")
@@ -69,6 +79,26 @@ class PickCubeExpert(ScriptedExpert):
 
     hover = 0.07
     close_steps = 4
+
+    @staticmethod
+    def _grasped(obs: dict) -> bool:
+        tcp = obs["state"][STATE_SLICES["tcp_pos"]]
+        width = float(obs["state"][STATE_SLICES["gripper_width"]][0])
+        cube = obs["privileged"]["cube"][:3]
+        return bool(np.linalg.norm(cube - tcp) < 0.03 and width < 2 * PickCube.cube_half + 0.008)
+
+    def resume(self, obs: dict) -> None:
+        self.reset()
+        if self._grasped(obs):
+            self._set_phase("lift")
+
+    @staticmethod
+    def progress(obs: dict) -> float:
+        tcp = obs["state"][STATE_SLICES["tcp_pos"]]
+        cube = obs["privileged"]["cube"][:3]
+        reach = 1.0 - min(float(np.linalg.norm(cube - tcp)) / 0.25, 1.0)
+        lift = float(np.clip((cube[2] - PickCube.cube_half) / PickCube.lift_height, 0.0, 1.0))
+        return 0.5 * reach + 0.5 * lift
 
     def _clean_action(self, obs: dict) -> np.ndarray:
         state = obs["state"]
@@ -112,6 +142,18 @@ class PegInsertExpert(ScriptedExpert):
     """Centre the peg over the hole at a safe height, then descend while correcting."""
 
     approach_height = 0.015  # peg bottom above the hole's top while aligning
+
+    @staticmethod
+    def progress(obs: dict) -> float:
+        task = PegInsert
+        peg = obs["privileged"]["peg"].astype(np.float64)
+        hole = obs["privileged"]["hole"].astype(np.float64)[:3]
+        bottom = peg[:3] + quat_to_matrix(peg[3:7]) @ np.array([0.0, 0.0, -task.peg_half[2]])
+        align = 1.0 - min(float(np.linalg.norm(hole[:2] - bottom[:2])) / 0.04, 1.0)
+        start = hole[2] + task.hole_depth + 0.03  # about where the peg starts
+        goal = hole[2] + task.hole_depth - task.insertion_depth
+        depth = float(np.clip((start - bottom[2]) / (start - goal), 0.0, 1.0))
+        return 0.5 * align + 0.5 * depth
 
     def _clean_action(self, obs: dict) -> np.ndarray:
         task = PegInsert

@@ -1,1 +1,1 @@
-"""Teleoperation devices, the intervention node and the operator console. Arrives with the teleop issue."""
+"""Teleoperation: devices, the simulated human, the intervention node and the operator console."""

@@ -17,7 +17,7 @@ from robot_rl.cli import main as cli
 from robot_rl.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-STACKS = ("sim_train", "train", "record_demos")
+STACKS = ("sim_train", "train", "record_demos", "session")
 
 
 def test_every_stack_has_a_launch_file_and_valid_nodes():
@@ -41,7 +41,7 @@ def test_arguments_are_substituted_with_types():
 
 
 def test_bad_launch_requests_are_refused_clearly(tmp_path, capsys):
-    with pytest.raises(LaunchError, match="no stack 'nope'; stacks: record_demos, sim_train, train"):
+    with pytest.raises(LaunchError, match="no stack 'nope'; stacks: record_demos, session, sim_train, train"):
         resolve("nope")
     with pytest.raises(LaunchError, match="has no argument 'colour'"):
         resolve("sim_train", {"colour": "red"})

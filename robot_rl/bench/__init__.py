@@ -8,6 +8,7 @@ import importlib
 BENCHMARKS = {
     "classifier": "robot_rl.bench.classifier",
     "data": "robot_rl.bench.data",
+    "hil": "robot_rl.bench.hil",
     "learner": "robot_rl.bench.learner",
     "learning": "robot_rl.bench.learning",
     "ros": "robot_rl.bench.ros",

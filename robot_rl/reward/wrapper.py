@@ -82,3 +82,30 @@ class ClassifierReward(gym.Wrapper):
             terminated = detected
         info.update(success=success, reward_source=source)
         return obs, float(success), terminated, truncated and not terminated, info
+
+
+class OperatorOutcome(gym.Wrapper):
+    """The operator's success/failure key on any env of our contract: ``override(True|False)``
+    and the next step ends the episode with that outcome (reward 1 or 0), whatever the env's
+    own reward says (its success stays in ``info["ground_truth_success"]``)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._override: bool | None = None
+
+    def override(self, success: bool) -> None:
+        self._override = bool(success)
+
+    def reset(self, **kwargs):
+        self._override = None
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._override is None:
+            return obs, reward, terminated, truncated, info
+        info = dict(info)
+        info.setdefault("ground_truth_success", info.get("success"))
+        success, self._override = self._override, None
+        info.update(success=success, reward_source="operator")
+        return obs, float(success), True, False, info

@@ -1,0 +1,49 @@
+"""Who drives: the operator's inputs (devices, console buttons) folded into one intervention
+state, as plain Python the teleop node and the console share.
+
+Modes: ``hold`` - the operator intervenes while on the controls (a moved SpaceMouse, a held
+gamepad LB, a held console key or the console's hold button) and hands back on letting go;
+``toggle`` - the intervene button (or the console's toggle) switches intervention on and
+off, and while on, the operator's action is executed even when it is zero (holding still).
+Several inputs may be live at once; the first one in the list that is on the controls wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from robot_rl.teleop.devices import TeleopInput
+
+MODES = ("hold", "toggle")
+
+
+@dataclass
+class Decision:
+    intervening: bool
+    action: np.ndarray  # the operator's action (zeros when nobody is on the controls)
+    source: str = ""
+
+
+class InterventionSwitch:
+    def __init__(self, mode: str = "hold"):
+        if mode not in MODES:
+            raise ValueError(f"intervention mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.toggled = False
+        self.held_by_console = False
+
+    def toggle(self) -> bool:
+        self.toggled = not self.toggled
+        return self.toggled
+
+    def decide(self, inputs: list[tuple[str, TeleopInput]]) -> Decision:
+        for name, inp in inputs:
+            if inp.toggle_intervention:
+                self.toggle()
+        active = [(name, inp) for name, inp in inputs if inp.active]
+        action = active[0][1].action if active else np.zeros(7, np.float32)
+        source = active[0][0] if active else ""
+        on = self.toggled or self.held_by_console or (self.mode == "hold" and bool(active))
+        return Decision(on, action, (source or "console") if on else "")

@@ -1,0 +1,98 @@
+"""The simulated human: a scripted expert watching the policy, who takes over when it stalls
+or heads for failure, for a bounded number of steps, as an operator with a SpaceMouse does.
+
+What it watches is the task's ``progress`` (0 = start, 1 = solved; the sim's object poses,
+what a person judges by eye). It steps in when
+
+- the policy stalls: the episode's best progress has not grown by ``min_gain`` for
+  ``patience`` steps, or
+- the policy heads for failure: progress fell more than ``drop`` below the episode's best
+  (the cube dropped or knocked away, the peg pulled out),
+
+and then drives for ``takeover_steps`` steps (the expert resumes from the scene as it is,
+with a little noise of its own), at most ``max_takeovers`` times per episode. ``eagerness``
+in (0, 1] sets how soon: patience = ``base_patience / eagerness`` steps and drop =
+``0.1 + 0.3 * (1 - eagerness)``. After a takeover it watches afresh (the progress so far is
+the new baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class SimulatedHumanConfig:
+    eagerness: float = 0.5
+    takeover_steps: int = 15
+    max_takeovers: int = 3
+    base_patience: int = 6
+    min_gain: float = 0.02
+    noise: float = 0.05  # the human's own imprecision (expert noise)
+
+    def validate(self) -> None:
+        if not 0.0 < self.eagerness <= 1.0:
+            raise ValueError(f"eagerness must lie in (0, 1], got {self.eagerness}")
+        if self.takeover_steps < 1 or self.max_takeovers < 0 or self.base_patience < 1:
+            raise ValueError("takeover_steps and base_patience must be >= 1, max_takeovers >= 0")
+
+    @property
+    def patience(self) -> int:
+        return max(1, round(self.base_patience / self.eagerness))
+
+    @property
+    def drop(self) -> float:
+        return 0.1 + 0.3 * (1.0 - self.eagerness)
+
+
+class SimulatedHuman:
+    """``human(obs)`` -> the human's action while it intervenes, else None. Call ``reset()``
+    at each episode start. ``obs`` is the env's raw observation (with ``privileged``)."""
+
+    def __init__(self, task: str, config: SimulatedHumanConfig | None = None, seed: int | None = None):
+        from robot_rl.sim.experts import make_expert
+
+        self.config = config or SimulatedHumanConfig()
+        self.config.validate()
+        self.expert = make_expert(task, noise=self.config.noise, seed=seed)
+        self.reset()
+
+    def reset(self) -> None:
+        self.best = -1.0
+        self.since_gain = 0
+        self.left = 0  # steps left in the current takeover
+        self.takeovers = 0
+        self.reason = ""
+
+    @property
+    def intervening(self) -> bool:
+        return self.left > 0
+
+    def _trigger(self, progress: float) -> str:
+        cfg = self.config
+        if progress > self.best + cfg.min_gain:
+            self.best, self.since_gain = progress, 0
+        else:
+            self.since_gain += 1
+        if self.best - progress > cfg.drop:
+            return f"progress fell from {self.best:.2f} to {progress:.2f}"
+        if self.since_gain >= cfg.patience:
+            return f"no progress for {self.since_gain} steps"
+        return ""
+
+    def __call__(self, obs: dict) -> np.ndarray | None:
+        progress = self.expert.progress(obs)
+        if not self.intervening:
+            reason = self._trigger(progress)
+            if not reason or self.takeovers >= self.config.max_takeovers:
+                return None
+            self.takeovers += 1
+            self.left, self.reason = self.config.takeover_steps, reason
+            self.expert.resume(obs)
+        action = self.expert(obs)
+        self.left -= 1
+        if not self.left:  # hand back; judge the policy from here
+            self.best, self.since_gain = progress, 0
+        return action

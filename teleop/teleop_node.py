@@ -1,0 +1,269 @@
+"""``teleop_node``: the human in the loop over ROS 2.
+
+Reads the operator's devices (``devices``: spacemouse, gamepad; an absent one is reported once
+and the session goes on without it), the operator console's keyboard and buttons (``console``),
+and in sim optionally a simulated human (``simulated_human`` > 0: its eagerness). Publishes at
+``rate_hz`` and at once on every console input:
+
+- ``teleop/intervening`` (Bool) and, while intervening, ``teleop/action`` (the contract action):
+  the arm executes the operator's action first (drivers/arm.py), the actor stores and flags it;
+- ``teleop/events`` (String): success, failure, reset, rerecord, pause, resume.
+
+The console (teleop/console.py) shows the cameras it subscribes to (``cameras``), the actor's
+step and status, and charts; it binds ``console_host`` (127.0.0.1 by default; elsewhere it
+needs ``console_token``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray, String
+
+from robot_rl.drivers import messages as msgs
+from robot_rl.drivers import topics
+from robot_rl.drivers.node import declare_config, run
+from robot_rl.teleop.devices import DeviceUnavailable, KeyboardDevice, Mapping, TeleopInput, open_device
+from robot_rl.teleop.intervention import InterventionSwitch
+
+
+@dataclass
+class TeleopNodeConfig:
+    devices: tuple[str, ...] = ("spacemouse",)  # spacemouse, gamepad ([] for none)
+    mode: str = "hold"  # hold: intervening while on the controls; toggle: the intervene button toggles
+    rate_hz: float = 50.0
+    dead_zone: float = 0.1
+    translation_scale: float = 1.0
+    rotation_scale: float = 0.5
+    yaw_deg: float = 0.0  # the devices' frame turned onto the robot's base frame
+    simulated_human: float = 0.0  # sim: > 0 adds a simulated human of this eagerness
+    task: str = "PickCube"  # what the simulated human knows how to do
+    takeover_steps: int = 15
+    max_takeovers: int = 3
+    console: bool = True
+    console_host: str = "127.0.0.1"
+    console_port: int = 8080
+    console_token: str = ""
+    cameras: tuple[str, ...] = ("front", "wrist")  # shown in the console
+    jpeg_quality: int = 85
+
+
+class SimulatedHumanInput:
+    """The simulated human as a device: it watches the arm and object topics (sim) and, each
+    arm tick, decides whether to drive."""
+
+    name = "simulated"
+
+    def __init__(self, node: Node, cfg: TeleopNodeConfig):
+        from robot_rl.drivers.ros_env import ObservationAssembler
+        from robot_rl.sim.tasks import get_task
+        from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+        self.human = SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.simulated_human,
+                                                                   takeover_steps=cfg.takeover_steps,
+                                                                   max_takeovers=cfg.max_takeovers))
+        sizes = get_task(cfg.task).privileged_sizes()
+        self.assembler = ObservationAssembler({}, sizes, 0, sim_success=False)
+        self.last_stamp = 0
+        self.latest = TeleopInput(np.zeros(7, np.float32), False)
+        self.lock = threading.Lock()
+        q = topics.qos_sensor()
+        put = self.assembler.put
+        node.create_subscription(PoseStamped, topics.TCP_POSE, lambda m: put("pose", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(TwistStamped, topics.TCP_TWIST, lambda m: put("twist", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(WrenchStamped, topics.WRENCH, lambda m: put("wrench", msgs.ns_from_stamp(m.header.stamp), m), q)
+        node.create_subscription(JointState, topics.GRIPPER_STATE, self._on_gripper, q)
+        node.create_subscription(Float64MultiArray, topics.SIM_OBJECTS, self._on_objects, q)
+
+    def _on_gripper(self, msg):
+        if len(msg.position) == 1 and np.isfinite(msg.position[0]):
+            self.assembler.put("width", msgs.ns_from_stamp(msg.header.stamp), float(msg.position[0]))
+            self._decide()
+
+    def _on_objects(self, msg):
+        sizes = self.assembler.privileged_sizes
+        values = np.asarray(msg.data, np.float32)
+        if len(values) != 1 + sum(sizes.values()) or not np.all(np.isfinite(values)):
+            return
+        out, i = {}, 1
+        for name in sorted(sizes):
+            out[name] = values[i : i + sizes[name]]
+            i += sizes[name]
+        self.assembler.put("privileged", int(round(msg.data[0] * 1e9)), out)
+        self._decide()
+
+    def _decide(self) -> None:
+        """Once per arm tick, when its state and object poses are both in."""
+        with self.assembler.lock:
+            obs, _ = self.assembler.observation(self.last_stamp)
+            if obs is None:
+                return
+            self.last_stamp = obs.pop("stamp_ns")
+        action = self.human(obs)
+        with self.lock:
+            self.latest = TeleopInput(action if action is not None else np.zeros(7, np.float32), action is not None)
+
+    def new_episode(self) -> None:
+        self.human.reset()
+
+    def read(self) -> TeleopInput:
+        with self.lock:
+            return self.latest
+
+    def close(self) -> None:
+        pass
+
+
+class TeleopNode(Node):
+    def __init__(self, **node_kwargs):
+        super().__init__("teleop", **node_kwargs)
+        self.cfg = cfg = declare_config(self, TeleopNodeConfig)
+        mapping = Mapping(cfg.dead_zone, cfg.translation_scale, cfg.rotation_scale, cfg.yaw_deg)
+        mapping.validate()
+        self.switch = InterventionSwitch(cfg.mode)
+        self.inputs: list = []
+        for name in cfg.devices:
+            try:
+                self.inputs.append(open_device(name, mapping))
+                self.get_logger().info(f"teleop device {name} ready")
+            except DeviceUnavailable as e:
+                self.get_logger().error(f"{name}: {e}; going on without it")
+        if cfg.simulated_human > 0:
+            self.inputs.append(SimulatedHumanInput(self, cfg))
+        self.keyboard = KeyboardDevice()
+        self.lock = threading.Lock()
+        self.pub_intervening = self.create_publisher(Bool, topics.TELEOP_INTERVENING, 10)
+        self.pub_action = self.create_publisher(Float32MultiArray, topics.TELEOP_ACTION, topics.qos_sensor())
+        self.pub_events = self.create_publisher(String, topics.TELEOP_EVENTS, 10)
+        self.decision = self.switch.decide([])
+        # what the console shows
+        self.frames: dict[str, tuple[int, np.ndarray]] = {}
+        self.jpegs: dict[str, tuple[int, bytes]] = {}
+        self.step: dict = {}
+        self.status: dict = {}
+        self.history: deque = deque(maxlen=500)
+        self.last_linked = 0.0
+        q = topics.qos_sensor()
+        for cam in cfg.cameras:
+            self.create_subscription(Image, topics.camera_image(cam), self._frame_callback(cam), q)
+        self.create_subscription(String, topics.ACTOR_STEP, self._on_step, 10)
+        self.create_subscription(String, topics.ACTOR_STATUS, self._on_status, topics.qos_latched())
+        self.timer = self.create_timer(1.0 / cfg.rate_hz, self.tick)
+        self.server = None
+        if cfg.console:
+            from robot_rl.teleop.console import ConsoleServer
+
+            self.server = ConsoleServer(self, cfg.console_host, cfg.console_port, cfg.console_token or None)
+            self.get_logger().info(f"operator console at {self.server.start()}")
+
+    # ---- inputs -> topics --------------------------------------------------------------
+    def tick(self) -> None:
+        self.publish_decision()
+
+    def publish_decision(self) -> None:
+        with self.lock:
+            readings = [("console", self.keyboard.read())]
+            for device in list(self.inputs):
+                try:
+                    readings.append((device.name, device.read()))
+                except DeviceUnavailable as e:
+                    self.get_logger().error(f"{device.name}: {e}; going on without it")
+                    self.inputs.remove(device)
+            for _, reading in readings:
+                for event in reading.events:
+                    self.send_event(event)
+            self.decision = decision = self.switch.decide(readings)
+        if decision.intervening:
+            self.pub_action.publish(Float32MultiArray(data=decision.action.astype(np.float32).tolist()))
+        self.pub_intervening.publish(Bool(data=decision.intervening))
+
+    def send_event(self, event: str) -> None:
+        self.pub_events.publish(String(data=event))
+        self.get_logger().info(f"operator: {event}")
+
+    # ---- the console's backend -----------------------------------------------------------
+    def press(self, event: str) -> None:
+        self.send_event(event)
+
+    def intervene(self, how: str) -> None:
+        with self.lock:
+            if how == "toggle":
+                self.switch.toggle()
+            else:
+                self.switch.held_by_console = how == "hold"
+        self.publish_decision()
+
+    def set_keys(self, keys: list[str]) -> None:
+        with self.lock:
+            self.keyboard.set_keys(keys)
+        self.publish_decision()
+
+    def state(self) -> dict:
+        status, step = self.status, self.step
+        return {"task": self.cfg.task, "linked": time.monotonic() - self.last_linked < 2.0,
+                "intervening": self.decision.intervening, "intervention_source": self.decision.source,
+                "toggled": self.switch.toggled, "paused": bool(status.get("paused", False)),
+                "step": step, "episodes": status.get("episodes"), "successes": status.get("successes"),
+                "interventions": status.get("interventions"), "cameras": sorted(self.frames),
+                "devices": [d.name for d in self.inputs], "history": list(self.history)}
+
+    def camera_jpeg(self, name: str) -> bytes | None:
+        from PIL import Image as PILImage
+
+        frame = self.frames.get(name)
+        if frame is None:
+            return None
+        stamp, image = frame
+        cached = self.jpegs.get(name)
+        if cached is None or cached[0] != stamp:
+            buffer = io.BytesIO()
+            PILImage.fromarray(image).save(buffer, "JPEG", quality=self.cfg.jpeg_quality)
+            cached = self.jpegs[name] = (stamp, buffer.getvalue())
+        return cached[1]
+
+    def _frame_callback(self, cam: str):
+        def on_frame(msg):
+            try:
+                self.frames[cam] = (msgs.ns_from_stamp(msg.header.stamp), msgs.image_from_msg(msg))
+            except msgs.MessageError:
+                pass
+        return on_frame
+
+    def _on_step(self, msg) -> None:
+        self.step = json.loads(msg.data)
+        self.last_linked = time.monotonic()
+
+    def _on_status(self, msg) -> None:
+        status = json.loads(msg.data)
+        if status.get("episodes", 0) != self.status.get("episodes", 0) and status.get("last_episode"):
+            episode = status["last_episode"]
+            self.history.append({k: episode.get(k) for k in ("success", "return", "intervention_rate",
+                                                               "interventions", "episode_steps")})
+            for device in self.inputs:
+                if isinstance(device, SimulatedHumanInput):
+                    device.new_episode()
+        self.status = status
+        self.last_linked = time.monotonic()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        for device in self.inputs:
+            device.close()
+
+
+def main(args=None) -> None:
+    run(TeleopNode, args)
+
+
+if __name__ == "__main__":
+    main()

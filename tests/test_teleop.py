@@ -1,0 +1,349 @@
+"""Teleop without ROS: devices (mapping, HID decoding, absent hardware), the intervention switch,
+the simulated human, the operator's outcome, the arm's teleop priority, the console's API and
+its token, and training with a simulated human."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from robot_rl.contract import ControlLimits
+from robot_rl.teleop.devices import (DeviceUnavailable, Gamepad, GamepadLayout, KeyboardDevice, Mapping, SpaceMouse,
+                                     TeleopInput, dead_zone, decode_spacemouse_report, to_action)
+from robot_rl.teleop.intervention import InterventionSwitch
+
+
+def test_dead_zone_and_scaling_map_device_deflection_to_the_action():
+    np.testing.assert_allclose(dead_zone([0.05, -0.05, 0.55, -1.0, 2.0], 0.1), [0, 0, 0.5, -1.0, 1.0])
+    action = to_action([0.55, 0.0, -1.0], [0.0, 0.0, 1.0], 1.0, Mapping(dead_zone=0.1, rotation_scale=0.5))
+    np.testing.assert_allclose(action, [0.5, 0, -1.0, 0, 0, 0.5, 1.0], atol=1e-6)
+    turned = to_action([1.0, 0.0, 0.0], [0, 0, 0], 0.0, Mapping(dead_zone=0.0, yaw_deg=90))
+    np.testing.assert_allclose(turned[:3], [0, 1, 0], atol=1e-6)  # the device's forward is the robot's +y
+    with pytest.raises(ValueError, match="dead_zone"):
+        Mapping(dead_zone=1.0).validate()
+
+
+class RecordedHid:
+    """A HID device replaying recorded input reports (what hidapi's read returns)."""
+
+    def __init__(self, reports):
+        self.reports = list(reports)
+        self.closed = False
+
+    def read(self, size):
+        if self.reports and self.reports[0] == "unplug":
+            raise OSError("read error")
+        return self.reports.pop(0) if self.reports else []
+
+    def close(self):
+        self.closed = True
+
+
+def report(kind: int, *values: int) -> list[int]:
+    return [kind, *struct.pack(f"<{len(values)}h", *values)]
+
+
+def test_spacemouse_reports_become_actions_in_the_robot_frame():
+    # pushed away from the user (HID y < 0) and lifted (HID z < 0), twisted left (HID rz < 0)
+    hid = RecordedHid([report(1, 0, -350, -175), report(2, 0, 0, -350), [3, 0b01]])
+    mouse = SpaceMouse(Mapping(dead_zone=0.1, rotation_scale=1.0), device=hid)
+    reading = mouse.read()
+    np.testing.assert_allclose(reading.action[:6], [1.0, 0.0, (0.5 - 0.1) / 0.9, 0, 0, 1.0], atol=1e-6)
+    assert reading.action[6] == 1.0 and reading.active  # left button closes
+    hid.reports = [[3, 0b10], report(1, 0, 0, 0, 0, 0, 0)]  # newer models: all six axes in report 1
+    reading = mouse.read()
+    assert reading.action[6] == -1.0 and not np.any(reading.action[:6]) and reading.active  # right button opens
+    hid.reports = [[3, 0]]
+    assert not mouse.read().active  # at rest, no buttons: the policy drives
+    axes, buttons = np.zeros(6), [False, False]
+    decode_spacemouse_report([], axes, buttons)
+    decode_spacemouse_report([9, 1, 2, 3], axes, buttons)  # unknown report ids are ignored
+    assert not np.any(axes)
+    hid.reports = ["unplug"]
+    with pytest.raises(DeviceUnavailable, match="unplugged"):
+        mouse.read()
+    mouse.close()
+    assert hid.closed
+
+
+def test_absent_devices_say_what_to_check():
+    with pytest.raises(DeviceUnavailable, match="no SpaceMouse found"):
+        SpaceMouse()  # hidapi enumerates the USB bus: nothing here
+    with pytest.raises(DeviceUnavailable, match="no gamepad 0 found"):
+        Gamepad()  # SDL (pygame) finds no joystick here
+
+
+class RecordedJoystick:
+    def __init__(self, axes, buttons):
+        self.axes, self.buttons = list(axes), list(buttons)
+
+    def get_numaxes(self):
+        return len(self.axes)
+
+    def get_axis(self, i):
+        return self.axes[i]
+
+    def get_numbuttons(self):
+        return len(self.buttons)
+
+    def get_button(self, i):
+        return self.buttons[i]
+
+    def quit(self):
+        pass
+
+
+def test_gamepad_sticks_buttons_and_events():
+    layout = GamepadLayout()
+    stick = RecordedJoystick([0.0] * 6, [0] * 11)
+    pad = Gamepad(Mapping(dead_zone=0.1), layout, joystick=stick)
+    assert not pad.read().active
+    stick.axes[layout.left_y] = -1.0  # left stick up: forward
+    stick.axes[layout.right_y] = 0.05  # inside the dead zone
+    stick.buttons[layout.intervene] = 1
+    stick.buttons[layout.close] = 1
+    stick.buttons[layout.success] = 1
+    reading = pad.read()
+    np.testing.assert_allclose(reading.action, [1, 0, 0, 0, 0, 0, 1])
+    assert reading.active and reading.events == ("success",)
+    assert pad.read().events == ()  # a held button is one event, not one per reading
+    stick.buttons[layout.intervene] = 0
+    assert not pad.read().active
+
+
+def test_console_keys_move_and_grip():
+    keys = KeyboardDevice()
+    keys.set_keys(["W", "r", "c"])
+    np.testing.assert_allclose(keys.read().action, [0.6, 0, 0.6, 0, 0, 0, 1], atol=1e-6)
+    keys.set_keys(["q", "v"])
+    reading = keys.read()
+    assert reading.action[5] > 0 and reading.action[6] == -1.0 and reading.active
+    keys.set_keys([])
+    assert not keys.read().active
+
+
+def test_intervention_switch_hold_and_toggle():
+    idle = TeleopInput(np.zeros(7, np.float32), False)
+    moving = TeleopInput(np.full(7, 0.5, np.float32), True)
+    hold = InterventionSwitch("hold")
+    assert not hold.decide([("spacemouse", idle)]).intervening
+    decision = hold.decide([("console", idle), ("spacemouse", moving)])
+    assert decision.intervening and decision.source == "spacemouse" and decision.action[0] == 0.5
+    toggle = InterventionSwitch("toggle")
+    assert not toggle.decide([("spacemouse", moving)]).intervening  # toggle mode: moving alone does not take over
+    toggle.toggle()
+    decision = toggle.decide([("spacemouse", idle)])
+    assert decision.intervening and not np.any(decision.action)  # on, hands off: hold still
+    toggle.decide([("gamepad", TeleopInput(np.zeros(7, np.float32), False, toggle_intervention=True))])
+    assert not toggle.toggled
+    toggle.held_by_console = True
+    assert toggle.decide([]).intervening
+    with pytest.raises(ValueError, match="intervention mode"):
+        InterventionSwitch("sometimes")
+
+
+def run_with_human(task: str, eagerness: float, episodes: int, policy="zero", **kw):
+    from robot_rl.sim import make
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    env = make(task, "mujoco")
+    out = []
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=ep)
+            human = SimulatedHuman(task, SimulatedHumanConfig(eagerness=eagerness, **kw), seed=ep)
+            flags = []
+            while True:
+                action = human(obs)
+                flags.append(action is not None)
+                obs, _, terminated, truncated, info = env.step(action if action is not None else np.zeros(7, np.float32))
+                if terminated or truncated:
+                    break
+            out.append((bool(info["success"]), flags, human.takeovers))
+    finally:
+        env.close()
+    return out
+
+
+def runs_of(flags):
+    lengths, n = [], 0
+    for f in flags + [False]:
+        if f:
+            n += 1
+        elif n:
+            lengths.append(n)
+            n = 0
+    return lengths
+
+
+def test_simulated_human_takes_over_a_stalled_policy_for_bounded_stretches():
+    results = run_with_human("PickCube", 0.5, 10)
+    assert sum(s for s, _, _ in results) >= 8  # a policy that does nothing succeeds because the human steps in
+    for success, flags, takeovers in results:
+        assert not any(flags[:12])  # patience 6 / 0.5 = 12 steps of no progress before stepping in
+        stretches = runs_of(flags)
+        assert stretches and all(n <= 15 for n in stretches) and takeovers <= 3 and len(stretches) == takeovers
+    eager = run_with_human("PickCube", 1.0, 3, max_takeovers=1)
+    for _, flags, takeovers in eager:
+        assert flags.index(True) == 6 and takeovers == 1  # eager: 6 steps; one takeover allowed
+    peg = run_with_human("PegInsert", 0.5, 5)
+    assert sum(s for s, _, _ in peg) >= 4
+
+
+def test_simulated_human_leaves_a_working_policy_alone_and_rejects_bad_eagerness():
+    from robot_rl.sim import make
+    from robot_rl.sim.experts import make_expert
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    env = make("PickCube", "mujoco")
+    expert = make_expert("PickCube", seed=0)
+    human = SimulatedHuman("PickCube", SimulatedHumanConfig(eagerness=0.5), seed=0)
+    obs, _ = env.reset(seed=3)
+    while True:
+        assert human(obs) is None  # the expert makes progress every few steps: no reason to step in
+        obs, _, terminated, truncated, info = env.step(expert(obs))
+        if terminated or truncated:
+            break
+    env.close()
+    assert info["success"]
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="eagerness"):
+            SimulatedHuman("PickCube", SimulatedHumanConfig(eagerness=bad))
+
+
+def test_operator_outcome_overrides_the_reward_and_ends_the_episode():
+    from robot_rl.reward.wrapper import OperatorOutcome
+    from robot_rl.sim import make
+
+    env = OperatorOutcome(make("PickCube", "mujoco"))
+    env.reset(seed=0)
+    *_, info = env.step(np.zeros(7, np.float32))
+    assert "reward_source" not in info
+    env.override(True)
+    _, reward, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+    assert reward == 1.0 and terminated and not truncated and info["success"] and info["reward_source"] == "operator"
+    assert info["ground_truth_success"] is False  # the sim knows better; the operator's key wins
+    env.reset(seed=1)
+    env.override(False)
+    _, reward, terminated, _, info = env.step(np.zeros(7, np.float32))
+    assert reward == 0.0 and terminated and not info["success"]
+    env.close()
+
+
+def test_arm_supervisor_runs_the_operators_action_first_while_fresh():
+    from robot_rl.contract import SafetyBox
+    from robot_rl.drivers.arm import ArmSupervisor
+
+    now = [0.0]
+    sup = ArmSupervisor(ControlLimits(), SafetyBox(low=(0.0, -1, 0), high=(1.0, 1, 1)), clock=lambda: now[0])
+    state = np.zeros(20, np.float32)
+    state[0:3] = (0.5, 0.0, 0.2)
+    state[3] = 1.0
+    sup.command_velocity(np.array([0.5, 0, 0, 0, 0, 0]))
+    sup.command_teleop(np.array([-1.0, 0.2, 0, 0, 0, 0, 1.0]))
+    assert sup.action(state)[0] == pytest.approx(0.5) and sup.mode == "velocity"  # not intervening: the policy
+    sup.set_intervening(True)
+    action = sup.action(state)
+    assert sup.mode == "teleop" and action[0] == pytest.approx(-1.0) and action[6] == 1.0
+    now[0] += 0.5  # the operator's input went stale (> 2 periods): back to the policy's
+    sup.command_velocity(np.array([0.5, 0, 0, 0, 0, 0]))
+    assert sup.action(state)[0] == pytest.approx(0.5) and sup.mode == "velocity"
+    sup.command_teleop(np.array([-1.0, 0, 0, 0, 0, 0, 0]))
+    sup.estop()
+    assert sup.action(state)[0] == pytest.approx(0.0, abs=1e-6) and sup.mode == "estop"  # e-stop beats everyone
+
+
+class RecordingBackend:
+    def __init__(self):
+        self.calls = []
+
+    def state(self):
+        return {"intervening": False, "cameras": ["front"]}
+
+    def camera_jpeg(self, name):
+        return b"\xff\xd8jpeg" if name == "front" else None
+
+    def press(self, event):
+        self.calls.append(("press", event))
+
+    def intervene(self, how):
+        self.calls.append(("intervene", how))
+
+    def set_keys(self, keys):
+        self.calls.append(("keys", keys))
+
+
+def test_console_api_routes_every_button_to_the_backend():
+    from fastapi.testclient import TestClient
+
+    from robot_rl.teleop.console import create_app
+
+    backend = RecordingBackend()
+    client = TestClient(create_app(backend))
+    page = client.get("/")
+    assert page.status_code == 200 and "Intervene (hold)" in page.text and "https://" not in page.text
+    for button in ("btn-hold", "btn-toggle", "btn-success", "btn-failure", "btn-reset", "btn-pause", "btn-rerecord"):
+        assert f'id="{button}"' in page.text
+    assert client.get("/api/state").json()["cameras"] == ["front"]
+    assert client.get("/api/camera/front").content.startswith(b"\xff\xd8")
+    assert client.get("/api/camera/side").status_code == 404
+    for event in ("success", "failure", "reset", "rerecord", "pause", "resume"):
+        assert client.post(f"/api/event/{event}").status_code == 200
+    for how in ("hold", "release", "toggle"):
+        assert client.post(f"/api/intervene/{how}").status_code == 200
+    assert client.post("/api/keys", json={"keys": ["w", "c"]}).status_code == 200
+    assert client.post("/api/event/explode").status_code == 404
+    assert client.post("/api/intervene/maybe").status_code == 404
+    assert client.post("/api/keys", json={"keys": "w"}).status_code == 422
+    assert backend.calls == [("press", e) for e in ("success", "failure", "reset", "rerecord", "pause", "resume")] + [
+        ("intervene", h) for h in ("hold", "release", "toggle")] + [("keys", ["w", "c"])]
+
+
+def test_console_with_a_token_refuses_requests_without_it_and_will_not_bind_elsewhere_without_one():
+    from fastapi.testclient import TestClient
+
+    from robot_rl.teleop.console import ConsoleError, ConsoleServer, create_app
+
+    backend = RecordingBackend()
+    client = TestClient(create_app(backend, token="s3cret"))
+    assert client.get("/api/state").status_code == 401
+    assert client.post("/api/event/success").status_code == 401
+    assert client.get("/api/state", params={"token": "wrong"}).status_code == 401
+    assert backend.calls == []
+    assert client.get("/api/state", headers={"X-Console-Token": "s3cret"}).status_code == 200
+    assert client.get("/", params={"token": "s3cret"}).status_code == 200  # sets the cookie for the page's requests
+    assert client.post("/api/event/success").status_code == 200 and backend.calls == [("press", "success")]
+    with pytest.raises(ConsoleError, match="give it a token"):
+        ConsoleServer(backend, host="0.0.0.0", port=0)
+
+
+def test_console_server_serves_on_loopback(tmp_path):
+    import urllib.request
+
+    from robot_rl.teleop.console import ConsoleServer
+
+    server = ConsoleServer(RecordingBackend(), host="127.0.0.1", port=0)
+    url = server.start()
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "api/state", timeout=5) as r:
+            assert b"front" in r.read()
+    finally:
+        server.stop()
+
+
+def test_training_with_a_simulated_human_flags_and_counts_its_steps(tmp_path):
+    from robot_rl.train import TrainConfig, train
+
+    summary = train(TrainConfig(task="PickCube", demos=1, env_steps=150, eval_every=150, eval_episodes=2,
+                                final_eval_episodes=2, human_eagerness=1.0, learner="inline", pretrain_steps=20,
+                                critic_warmup_steps=10, run_dir=str(tmp_path / "run"), progress=False),
+                    log=lambda m: None)
+    per_episode = summary["episode_interventions"]
+    assert summary["intervention_steps"] == sum(e[2] for e in per_episode) > 0
+    assert summary["interventions"] == sum(e[1] for e in per_episode) >= 1
+    assert all(e[2] <= e[3] and e[1] <= 3 for e in per_episode)
+    with pytest.raises(ValueError, match="human_eagerness"):
+        TrainConfig(human_eagerness=2.0).validate()
