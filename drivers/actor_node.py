@@ -310,6 +310,9 @@ class ActorNode(Node):
                 if cfg.record:
                     self.recorder.start(raw)
         self.publish_status()
+
+    def close(self) -> None:
+        """Also after SIGTERM / Ctrl-C, whatever the loop was doing (run_loop calls this)."""
         self.write_summary()
 
     def write_summary(self) -> None:
