@@ -74,6 +74,7 @@ class SimulatedHumanInput:
         sizes = get_task(cfg.task).privileged_sizes()
         self.assembler = ObservationAssembler({}, sizes, 0, sim_success=False)
         self.last_stamp = 0
+        self.watching = False  # from the actor's first step on: no policy acting, nothing to correct
         self.latest = TeleopInput(np.zeros(7, np.float32), False)
         self.lock = threading.Lock()
         q = topics.qos_sensor()
@@ -103,17 +104,22 @@ class SimulatedHumanInput:
 
     def _decide(self) -> None:
         """Once per arm tick, when its state and object poses are both in."""
+        if not self.watching:
+            return
         with self.assembler.lock:
             obs, _ = self.assembler.observation(self.last_stamp)
             if obs is None:
                 return
             self.last_stamp = obs.pop("stamp_ns")
-        action = self.human(obs)
         with self.lock:
+            action = self.human(obs)
             self.latest = TeleopInput(action if action is not None else np.zeros(7, np.float32), action is not None)
 
     def new_episode(self) -> None:
-        self.human.reset()
+        with self.lock:
+            self.human.reset()
+            self.watching = True
+            self.latest = TeleopInput(np.zeros(7, np.float32), False)
 
     def read(self) -> TeleopInput:
         with self.lock:
@@ -152,6 +158,7 @@ class TeleopNode(Node):
         self.status: dict = {}
         self.history: deque = deque(maxlen=500)
         self.last_linked = 0.0
+        self.episode = None  # the actor's current episode, from its steps
         q = topics.qos_sensor()
         for cam in cfg.cameras:
             self.create_subscription(Image, topics.camera_image(cam), self._frame_callback(cam), q)
@@ -239,8 +246,13 @@ class TeleopNode(Node):
         return on_frame
 
     def _on_step(self, msg) -> None:
-        self.step = json.loads(msg.data)
+        self.step = step = json.loads(msg.data)
         self.last_linked = time.monotonic()
+        if step.get("episode") != self.episode:  # the actor started an episode: the simulated human watches anew
+            self.episode = step.get("episode")
+            for device in self.inputs:
+                if isinstance(device, SimulatedHumanInput):
+                    device.new_episode()
 
     def _on_status(self, msg) -> None:
         status = json.loads(msg.data)
@@ -248,9 +260,6 @@ class TeleopNode(Node):
             episode = status["last_episode"]
             self.history.append({k: episode.get(k) for k in ("success", "return", "intervention_rate",
                                                                "interventions", "episode_steps")})
-            for device in self.inputs:
-                if isinstance(device, SimulatedHumanInput):
-                    device.new_episode()
         self.status = status
         self.last_linked = time.monotonic()
 

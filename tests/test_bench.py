@@ -93,3 +93,19 @@ def test_ros_bench_quick_gives_every_figure():
             assert value is not None and value > 0, (name, kind, value)
         assert figures[f"transitions_received_{kind}"] > 0
         assert figures[f"loop_period_ms_mean_{kind}"] > 50  # paced by the arm's 10 Hz ticks
+
+
+def test_hil_bench_quick_gives_every_figure():
+    import pytest
+
+    pytest.importorskip("rclpy")
+    from robot_rl.bench import hil as hil_bench
+
+    figures = hil_bench.run(quick=True, log=lambda msg: None)
+    for task in ("pickcube", "peginsert"):
+        for name in ("steps_to_90_with_interventions", "steps_to_90_without_interventions", "intervention_steps"):
+            assert f"{task}_{name}" in figures
+        assert figures[f"{task}_intervention_steps"] == sum(figures[f"{task}_intervention_steps_by_episode"])
+        assert figures[f"{task}_with_interventions_curve"] and figures[f"{task}_without_interventions_curve"]
+    assert figures["console_inputs_seen"] == figures["console_inputs"]
+    assert 0 < figures["console_input_to_command_ms_p50"] <= figures["console_input_to_command_ms_p99"]
