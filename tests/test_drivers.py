@@ -363,6 +363,47 @@ def test_malformed_commands_never_crash_the_arm(sim_cell):
     assert "dropped velocity command" in (logs / "arm_node.log").read_text()
 
 
+def test_the_operators_action_runs_first_and_the_arm_reports_it(sim_cell):
+    """While teleop/intervening, the arm executes teleop/action whatever the policy commands,
+    and says so on arm/applied_action; malformed teleop actions are dropped and counted."""
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    probe, (arm, _), _ = sim_cell
+    status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+    applied = probe.subscribe(Float64MultiArray, topics.APPLIED_ACTION, topics.qos_sensor(50))
+    poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+    probe.spin_until(lambda: len(poses) > 3, 60, "arm state")
+    velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+    teleop = probe.node.create_publisher(Float32MultiArray, topics.TELEOP_ACTION, topics.qos_sensor())
+    intervening = probe.node.create_publisher(Bool, topics.TELEOP_INTERVENING, 10)
+    down = msgs.delta_to_twist(np.array([0.0, 0, -0.5, 0, 0, 0]), 0, LIMITS.max_translation_m,
+                               LIMITS.max_rotation_rad, 10)
+    start_z = poses[-1][1].pose.position.z
+    mark = len(applied)
+    for _ in range(15):  # the policy says down, the operator says up: up it goes
+        velocity.publish(down)
+        teleop.publish(Float32MultiArray(data=[0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]))
+        intervening.publish(Bool(data=True))
+        probe.spin_for(0.1)
+    assert poses[-1][1].pose.position.z > start_z + 0.02
+    by_operator = [m for _, m in applied[mark + 3:]]
+    assert by_operator and all(m.data[8] == 1.0 for m in by_operator)
+    assert sum(m.data[3] > 0.9 for m in by_operator) >= 3  # full speed up (until the safety box's top clips it)
+    for _ in range(3):
+        teleop.publish(Float32MultiArray(data=[float("nan")] * 7))
+        teleop.publish(Float32MultiArray(data=[1.0, 2.0]))
+        probe.spin_for(0.05)
+    mark = len(applied)
+    for _ in range(8):  # hands off: the policy's command again
+        intervening.publish(Bool(data=False))
+        velocity.publish(down)
+        probe.spin_for(0.1)
+    assert all(m.data[8] == 0.0 for _, m in applied[mark + 3:]) and applied[-1][1].data[3] < 0
+    probe.spin_until(lambda: json.loads(status[-1][1].data)["dropped"].get("teleop action", 0) >= 6, 10,
+                     "dropped teleop actions")
+    assert arm.poll() is None
+
+
 def test_malformed_frames_poses_and_episodes_are_dropped_and_counted(tmp_path):
     """The actor's observation assembly and the recorder take bad messages without crashing:
     each is dropped, counted, and warned about at a bounded rate."""
