@@ -104,6 +104,48 @@ class ObservationAssembler:
         return obs, ""
 
 
+def subscribe_arm_state(node, assembler: ObservationAssembler, drops: msgs.DropCounter, after=None):
+    """The arm's state topics, and the sim's object poses when the assembler wants them, into
+    ``assembler``; ``after()`` runs after each message taken. Returns the gripper and object
+    callbacks (for tests that feed them directly)."""
+    from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    def put(kind, stamp_ns, value):
+        assembler.put(kind, stamp_ns, value)
+        if after is not None:
+            after()
+
+    def taking(kind):
+        return lambda m: put(kind, msgs.ns_from_stamp(m.header.stamp), m)
+
+    def on_gripper(msg):
+        if len(msg.position) != 1 or not np.isfinite(msg.position[0]):
+            return drops.drop("gripper state", f"position {list(msg.position)}")
+        put("width", msgs.ns_from_stamp(msg.header.stamp), float(msg.position[0]))
+
+    def on_objects(msg):
+        sizes = assembler.privileged_sizes
+        values = np.asarray(msg.data, np.float32)
+        if len(values) != 1 + sum(sizes.values()) or not np.all(np.isfinite(values)):
+            return drops.drop("object poses", f"{len(values)} values")
+        out, i = {}, 1
+        for name in sorted(sizes):
+            out[name] = values[i : i + sizes[name]]
+            i += sizes[name]
+        put("privileged", int(round(msg.data[0] * 1e9)), out)
+
+    q = topics.qos_sensor()
+    node.create_subscription(PoseStamped, topics.TCP_POSE, taking("pose"), q)
+    node.create_subscription(TwistStamped, topics.TCP_TWIST, taking("twist"), q)
+    node.create_subscription(WrenchStamped, topics.WRENCH, taking("wrench"), q)
+    node.create_subscription(JointState, topics.GRIPPER_STATE, on_gripper, q)
+    if assembler.privileged_sizes:
+        node.create_subscription(Float64MultiArray, topics.SIM_OBJECTS, on_objects, q)
+    return on_gripper, on_objects
+
+
 class RosArmEnv(gym.Env):
     metadata = {"render_modes": []}
 
@@ -111,8 +153,8 @@ class RosArmEnv(gym.Env):
                  sim: bool = True, privileged: bool = False, limits: ControlLimits = ControlLimits(),
                  max_episode_steps: int | None = None, max_frame_lag_s: float | None = None,
                  stale_timeout_s: float = 5.0, command_latency_s: float = 0.0, log=None):
-        from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
-        from sensor_msgs.msg import Image, JointState
+        from geometry_msgs.msg import TwistStamped
+        from sensor_msgs.msg import Image
         from std_msgs.msg import Float32, Float64MultiArray
         from std_srvs.srv import Trigger
 
@@ -138,18 +180,12 @@ class RosArmEnv(gym.Env):
         self.assembler = ObservationAssembler({c: self.image_size for c in self.cameras}, priv, int(lag * 1e9), sim)
         self.drops = msgs.DropCounter(self.log)
         q = topics.qos_sensor()
-        put = self.assembler.put
-        node.create_subscription(PoseStamped, topics.TCP_POSE, lambda m: put("pose", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(TwistStamped, topics.TCP_TWIST, lambda m: put("twist", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(WrenchStamped, topics.WRENCH, lambda m: put("wrench", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(JointState, topics.GRIPPER_STATE, self._on_gripper, q)
+        self._on_gripper, self._on_objects = subscribe_arm_state(node, self.assembler, self.drops)
         for cam in self.cameras:
             node.create_subscription(Image, topics.camera_image(cam), self._image_callback(cam), q)
         node.create_subscription(Float64MultiArray, topics.APPLIED_ACTION, self._on_applied, q)
         if sim:
             node.create_subscription(Float64MultiArray, topics.SIM_SUCCESS, self._on_success, q)
-        if priv:
-            node.create_subscription(Float64MultiArray, topics.SIM_OBJECTS, self._on_objects, q)
         self.pub_velocity = node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
         self.pub_gripper = node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
         self.reset_client = node.create_client(Trigger, topics.RESET)
@@ -163,11 +199,6 @@ class RosArmEnv(gym.Env):
         self.command_times: deque[float] = deque(maxlen=10_000)
 
     # ---- callbacks (executor thread) ----------------------------------------------------
-    def _on_gripper(self, msg):
-        if len(msg.position) != 1 or not np.isfinite(msg.position[0]):
-            return self.drops.drop("gripper state", f"position {list(msg.position)}")
-        self.assembler.put("width", msgs.ns_from_stamp(msg.header.stamp), float(msg.position[0]))
-
     def _image_callback(self, cam: str):
         def on_image(msg):
             try:
@@ -186,17 +217,6 @@ class RosArmEnv(gym.Env):
         if values.shape != (9,) or not np.all(np.isfinite(values)):
             return self.drops.drop("applied action", f"{len(values)} values")
         self.assembler.put("applied", int(round(values[0] * 1e9)), (values[1:8].astype(np.float32), bool(values[8] > 0.5)))
-
-    def _on_objects(self, msg):
-        sizes = self.assembler.privileged_sizes
-        values = np.asarray(msg.data, np.float32)
-        if len(values) != 1 + sum(sizes.values()) or not np.all(np.isfinite(values)):
-            return self.drops.drop("object poses", f"{len(values)} values")
-        out, i = {}, 1
-        for name in sorted(sizes):
-            out[name] = values[i : i + sizes[name]]
-            i += sizes[name]
-        self.assembler.put("privileged", int(round(msg.data[0] * 1e9)), out)
 
     # ---- gymnasium ----------------------------------------------------------------------
     def _wait_observation(self) -> dict:

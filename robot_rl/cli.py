@@ -91,7 +91,7 @@ def _cmd_train(args) -> int:
 
     get_task(args.task)
     summary = train(_train_config(args), resume=args.resume)
-    brief = {k: v for k, v in summary.items() if k != "evals"}
+    brief = {k: v for k, v in summary.items() if k not in ("evals", "episode_interventions")}
     print(json.dumps(brief))
     return 0
 

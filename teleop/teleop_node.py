@@ -24,10 +24,9 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray, String
+from sensor_msgs.msg import Image
+from std_msgs.msg import Bool, Float32MultiArray, String
 
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
@@ -64,7 +63,7 @@ class SimulatedHumanInput:
     name = "simulated"
 
     def __init__(self, node: Node, cfg: TeleopNodeConfig):
-        from robot_rl.drivers.ros_env import ObservationAssembler
+        from robot_rl.drivers.ros_env import ObservationAssembler, subscribe_arm_state
         from robot_rl.sim.tasks import get_task
         from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
 
@@ -77,30 +76,7 @@ class SimulatedHumanInput:
         self.watching = False  # from the actor's first step on: no policy acting, nothing to correct
         self.latest = TeleopInput(np.zeros(7, np.float32), False)
         self.lock = threading.Lock()
-        q = topics.qos_sensor()
-        put = self.assembler.put
-        node.create_subscription(PoseStamped, topics.TCP_POSE, lambda m: put("pose", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(TwistStamped, topics.TCP_TWIST, lambda m: put("twist", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(WrenchStamped, topics.WRENCH, lambda m: put("wrench", msgs.ns_from_stamp(m.header.stamp), m), q)
-        node.create_subscription(JointState, topics.GRIPPER_STATE, self._on_gripper, q)
-        node.create_subscription(Float64MultiArray, topics.SIM_OBJECTS, self._on_objects, q)
-
-    def _on_gripper(self, msg):
-        if len(msg.position) == 1 and np.isfinite(msg.position[0]):
-            self.assembler.put("width", msgs.ns_from_stamp(msg.header.stamp), float(msg.position[0]))
-            self._decide()
-
-    def _on_objects(self, msg):
-        sizes = self.assembler.privileged_sizes
-        values = np.asarray(msg.data, np.float32)
-        if len(values) != 1 + sum(sizes.values()) or not np.all(np.isfinite(values)):
-            return
-        out, i = {}, 1
-        for name in sorted(sizes):
-            out[name] = values[i : i + sizes[name]]
-            i += sizes[name]
-        self.assembler.put("privileged", int(round(msg.data[0] * 1e9)), out)
-        self._decide()
+        subscribe_arm_state(node, self.assembler, msgs.DropCounter(node.get_logger().warning), after=self._decide)
 
     def _decide(self) -> None:
         """Once per arm tick, when its state and object poses are both in."""

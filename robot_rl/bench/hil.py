@@ -115,18 +115,6 @@ def console_latency(inputs: int, log=print) -> dict:
             out.close()
 
 
-def _run(name: str, kw: dict) -> dict:
-    """One training run in a temporary run folder (runs in a worker process)."""
-    from robot_rl.train import TrainConfig, train
-
-    with tempfile.TemporaryDirectory(prefix=f"bench-hil-{name}-") as tmp:
-        t0 = time.time()
-        summary = train(TrainConfig(run_dir=tmp, progress=False, **kw), log=lambda m: print(f"[{name}] {m}", flush=True))
-        summary["wall_s"] = round(time.time() - t0, 1)
-    print(f"[{name}] steps to 90%: {summary['steps_to_90']}, human steps {summary['intervention_steps']}", flush=True)
-    return summary
-
-
 def plan(p: dict) -> dict[str, dict]:
     runs = {}
     for key, task in TASKS.items():
@@ -139,6 +127,8 @@ def plan(p: dict) -> dict[str, dict]:
 
 
 def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
+    from robot_rl.bench.learning import train_run
+
     p = QUICK if quick else FULL
     runs = plan(p)
     jobs = max(1, min(len(runs), jobs or os.cpu_count() or 1))
@@ -146,7 +136,7 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
     log(f"{len(runs)} training runs, {jobs} at a time")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {name: pool.submit(_run, name, kw) for name, kw in runs.items()}
+        futures = {name: pool.submit(train_run, name, kw) for name, kw in runs.items()}
         results = {name: f.result() for name, f in futures.items()}
     figures: dict = {"eagerness": EAGERNESS, "demos": p["demos"], "eval_episodes": p["eval_episodes"], **console}
     for key in TASKS:

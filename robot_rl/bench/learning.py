@@ -23,7 +23,7 @@ QUICK = dict(pick_steps=400, peg_steps=400, pixel_steps=40, eval_every=200, eval
              pixel_eval_episodes=2, pretrain=200, warmup=100, pixel_pretrain=20, pixel_warmup=10)
 
 
-def _run(name: str, kw: dict) -> dict:
+def train_run(name: str, kw: dict) -> dict:
     """One training run in a temporary run folder (runs in a worker process)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
         t0 = time.time()
@@ -60,7 +60,7 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
     log(f"{len(runs)} training runs, {jobs} at a time")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {name: pool.submit(_run, name, kw) for name, kw in runs.items()}
+        futures = {name: pool.submit(train_run, name, kw) for name, kw in runs.items()}
         results = {name: f.result() for name, f in futures.items()}
     figures: dict = {"eval_episodes": p["eval_episodes"], "parallel_runs": jobs, "total_wall_s": round(time.time() - t0, 1)}
     for name in runs:
