@@ -48,6 +48,9 @@ class TrainConfig:
     human_eagerness: float = 0.0
     human_takeover_steps: int = 15
     human_max_takeovers: int = 3  # per episode
+    # behaviour-cloning steps of the policy's base (residual) or mean on the demo buffer per
+    # human step received: interventions correct the cloned policy where the policy goes wrong
+    intervention_bc_steps: int = 10
     env_steps: int = 20_000
     seed: int = 0
     # learner pacing

@@ -347,3 +347,47 @@ def test_training_with_a_simulated_human_flags_and_counts_its_steps(tmp_path):
     assert all(e[2] <= e[3] and e[1] <= 3 for e in per_episode)
     with pytest.raises(ValueError, match="human_eagerness"):
         TrainConfig(human_eagerness=2.0).validate()
+
+
+def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path):
+    """Each intervention step received buys ``intervention_bc_steps`` behaviour-cloning steps of
+    the residual policy's base on the demo buffer (demos + interventions); without
+    interventions the base stays as pre-training left it."""
+    import dataclasses
+
+    import torch
+
+    from robot_rl.envs import make_env, obs_spec
+    from robot_rl.runtime.learner import LATEST_ONLY, build_learner, transition_arrays
+    from robot_rl.runtime.transport import inprocess_pair
+    from robot_rl.train import TrainConfig, agent_config_for
+
+    cfg = TrainConfig(task="PickCube", demos=1, batch_size=16, pretrain_steps=5, critic_warmup_steps=2,
+                      intervention_bc_steps=3)
+    env = make_env("PickCube")
+    spec = obs_spec(env.observation_space)
+    agent_cfg = agent_config_for(cfg, env)
+    actor_end, learner_end = inprocess_pair(maxsize=1 << 16, latest_only=LATEST_ONLY)
+    learner = build_learner(dataclasses.asdict(cfg), dataclasses.asdict(agent_cfg),
+                            {k: [list(s), np.dtype(d).str] for k, (s, d) in spec.items()}, learner_end, tmp_path)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        actor_end.send("demo", transition_arrays(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs, False, False))
+    actor_end.send("begin")
+    learner.pump()
+    base = {k: v.clone() for k, v in learner.agent.base.state_dict().items()}
+
+    def send(n: int, human: bool) -> None:
+        for _ in range(n):
+            actor_end.send("transition", transition_arrays(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs,
+                                                           False, False, human))
+        learner.pump()
+
+    send(10, human=False)
+    assert learner.human_bc_steps == 0
+    assert all(torch.equal(base[k], v) for k, v in learner.agent.base.state_dict().items())
+    send(4, human=True)
+    assert learner.human_steps_received == 4 and learner.human_bc_steps == 12 and len(learner.replay.demo) == 24
+    assert not all(torch.equal(base[k], v) for k, v in learner.agent.base.state_dict().items())
+    env.close()

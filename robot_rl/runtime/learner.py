@@ -70,12 +70,18 @@ class Learner:
         self.stopped = False
         self.last_checkpoint: str | None = None
         self.normalizer_fitted = self.started or len(replay.demo) > 0
+        # the human's corrections teach the cloned base policy too (DAgger-style): this many
+        # behaviour-cloning steps on the demo buffer per intervention step received
+        self.human_steps_received = 0
+        self.human_bc_steps = 0
 
     # ---- messages ----------------------------------------------------------------------
     def handle(self, msg: Message) -> None:
         if msg.kind == "transition":
-            self.replay.add(*split_transition(msg.arrays))
+            transition = split_transition(msg.arrays)
+            self.replay.add(*transition)
             self.online_received += 1
+            self.human_steps_received += bool(transition[-1])
         elif msg.kind == "demo":
             self.replay.add_demo(*split_transition(msg.arrays)[:6])
         elif msg.kind == "begin":
@@ -135,6 +141,10 @@ class Learner:
         actor_turn = step % self.train["critic_actor_ratio"] == 0 and self.online_received >= self.train.get("actor_delay", 0)
         self._check_all(self.agent.update(self._sample(), update_actor=actor_turn))
         self.online_updates += 1
+        owed_bc = int(self.train.get("intervention_bc_steps", 0) * self.human_steps_received) - self.human_bc_steps
+        for _ in range(max(0, min(owed_bc, 10))):  # spread over updates: the actor is never kept waiting long
+            self._check(self.agent.pretrain_actor(self.replay.demo.sample(self.train["batch_size"])), "bc")
+            self.human_bc_steps += 1
         if self.online_updates % self.train["weights_every"] == 0:
             self.publish_weights()
 
