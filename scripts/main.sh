@@ -22,7 +22,7 @@ mkdir -p "$RUN"
 # seed 10000 and noise 0.1 are the takes `--demos 10` would collect in memory (same expert, same seeds)
 $R record --task PickCube --episodes 10 --noise 0.1 --seed 10000 --successful-only --out "$RUN/demos.zarr"
 $R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only --images --image-size 64 \
-    --cameras front wrist side --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --hold-release 0.5 --out "$RUN/classifier_successes.zarr"
+    --cameras front wrist side --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_successes.zarr"
 $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only --images --image-size 64 \
     --cameras front wrist side --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \

@@ -2,7 +2,7 @@
 
 1. Classifier data, as HIL-SERL tells an operator to record it: 20 successful takes of the
    scripted expert (noise 0.1), each followed by 30 frames carrying the cube about and up
-   through the workspace (half of them letting go of it on the way), and 20 failed takes (noise 0.5), each followed by 20 frames of the
+   through the workspace, and 20 failed takes (noise 0.5), each followed by 20 frames of the
    arm moving about and up without it; front, wrist and side cameras at 64x64 (the side camera
    looks level at the 10 cm lift line); every frame labelled
    by ground truth. Trained 4000 steps, calibrated for 1% false positives on held-out episodes.
@@ -35,7 +35,6 @@ QUICK = dict(image_size=32, successes=2, failures=2, hold_success=3, hold_failur
              env_steps=120, eval_every=60, eval_episodes=2, heldout_expert=2, heldout_agent=1,
              pretrain=20, warmup=10, checkpoint_every=60)  # env_steps > the 100-step time limit: an episode ends
 HOLD_MOTION, HOLD_RISE = 0.4, 0.3  # the arm wanders and rises after a take: see record_rollouts
-HOLD_RELEASE = 0.5  # half the successful takes let go of the cube during the hold (falling cubes)
 CAMERAS = ("front", "wrist", "side")  # the side camera looks level at the lift height
 FULL_EPISODE = 10_000  # held-out rollouts are not cut at success: the actor goes on to the time limit
 
@@ -71,8 +70,7 @@ def _make_classifier(work: str, p: dict, log) -> dict:
     size = (p["image_size"], p["image_size"])
     t0 = time.time()
     _record(work / "successes.zarr", episodes=p["successes"], noise=0.1, seed=100, keep="successes", images=True,
-            image_size=size, hold_after_success=p["hold_success"], hold_motion=HOLD_MOTION, hold_rise=HOLD_RISE,
-            hold_release=HOLD_RELEASE)
+            image_size=size, hold_after_success=p["hold_success"], hold_motion=HOLD_MOTION, hold_rise=HOLD_RISE)
     _record(work / "failures.zarr", episodes=p["failures"], noise=0.5, seed=200, keep="failures", images=True,
             image_size=size, hold_after_failure=p["hold_failure"], hold_motion=HOLD_MOTION, hold_rise=HOLD_RISE)
     record_s = time.time() - t0
@@ -143,8 +141,7 @@ def run(quick: bool = False, log=print) -> dict:
         "wall_s_classifier_reward": learned["wall_s"], "wall_s_ground_truth_reward": truth["wall_s"],
         "total_wall_s": round(time.time() - t0, 1),
         "notes": [
-            "classifier data: 20 successful takes (expert noise 0.1, then 30 frames carrying the cube about and up, "
-            "half of them letting go of it) + "
+            "classifier data: 20 successful takes (expert noise 0.1, then 30 frames carrying the cube about and up) + "
             "20 failed takes (expert noise 0.5, then 20 frames of the arm moving about and up), front+wrist+side 64x64; "
             "threshold for 1% FPR on held-out training episodes, never below 0.5",
             "held-out: full-length rollouts (not cut at success) of the scripted expert at noise 0.3 and of the "
