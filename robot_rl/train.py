@@ -48,9 +48,10 @@ class TrainConfig:
     human_eagerness: float = 0.0
     human_takeover_steps: int = 15
     human_max_takeovers: int = 3  # per episode
-    # behaviour-cloning steps of the policy's base (residual) or mean on the demo buffer per
-    # human step received: interventions correct the cloned policy where the policy goes wrong
-    intervention_bc_steps: int = 10
+    # > 0: also this many behaviour-cloning steps of the policy's base (residual) or mean on the
+    # demo buffer per human step received (DAgger-style). Off: on PickCube (10 demos) it made
+    # the simulated human's help a hindrance (not at 90% by 15k steps; 5k without this)
+    intervention_bc_steps: int = 0
     env_steps: int = 20_000
     seed: int = 0
     # learner pacing

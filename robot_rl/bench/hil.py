@@ -161,7 +161,7 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         "the runs with and without interventions share demos and seeds",
         f"simulated human: eagerness {EAGERNESS} (takes over after {round(6 / EAGERNESS)} steps without progress or "
         "when progress falls, for 15 steps, at most 3 times an episode); its transitions are flagged and go to both "
-        "buffers, and each buys 10 behaviour-cloning steps of the policy's base on the demo buffer",
+        "buffers (RLPD's 50/50 batches then draw on them)",
         "steps_to_90 counts env steps (the human's included) to the first evaluation at >= 90%; evaluations run "
         "the policy alone, so success there is success without interventions",
         f"runs execute {jobs} at a time on this machine",

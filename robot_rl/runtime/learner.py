@@ -70,8 +70,8 @@ class Learner:
         self.stopped = False
         self.last_checkpoint: str | None = None
         self.normalizer_fitted = self.started or len(replay.demo) > 0
-        # the human's corrections teach the cloned base policy too (DAgger-style): this many
-        # behaviour-cloning steps on the demo buffer per intervention step received
+        # optionally the human's corrections also teach the cloned base policy (DAgger-style):
+        # intervention_bc_steps behaviour-cloning steps on the demo buffer per human step received
         self.human_steps_received = 0
         self.human_bc_steps = 0
 
