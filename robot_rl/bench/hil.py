@@ -167,6 +167,6 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         f"runs execute {jobs} at a time on this machine",
         "console_input_to_command: HTTP POST of a key change to the console (the teleop node, its own process) -> "
         "the teleop/action message with that input received by a subscriber in this process (where the arm node "
-        "takes it: the arm executes the operator's action first); measured before the trainings, machine idle",
+        "takes it: the arm executes the operator's action first); measured before the trainings start",
     ]
     return figures
