@@ -37,16 +37,21 @@ def _ros_run_lines(run: Path, actor: dict) -> tuple[list[str], dict]:
              f"- frame-to-command latency p50/p99: {actor['frame_to_command_ms_p50']:.1f} / "
              f"{actor['frame_to_command_ms_p99']:.1f} ms" if actor.get("frame_to_command_ms_p50") is not None else "- no steps",
              ]
+    if actor.get("intervention_steps"):
+        lines.append(f"- human interventions: {actor.get('interventions', 0)} takeovers, {actor['intervention_steps']} "
+                     f"steps ({actor['intervention_steps'] / max(actor['steps'], 1):.0%} of all steps)")
     evaluation = run / "eval.json"
     if evaluation.is_file():
         e = json.loads(evaluation.read_text())
         lines.append(f"- final success (ground truth, {e['episodes']} episodes): {e['success_rate']:.2f}")
     log = actor.get("episode_log") or []
     lines += ["", "Training episodes, in blocks of 10 (success as the reward saw it):", "",
-              "| episodes | env steps at end | success |", "|---|---:|---:|"]
+              "| episodes | env steps at end | success | human share of steps |", "|---|---:|---:|---:|"]
     for i in range(0, len(log), 10):
         block = log[i:i + 10]
-        lines.append(f"| {i + 1}-{i + len(block)} | {block[-1]['steps']} | {sum(e['success'] for e in block) / len(block):.2f} |")
+        human = sum(e.get("intervention_rate", 0.0) for e in block) / len(block)
+        lines.append(f"| {i + 1}-{i + len(block)} | {block[-1]['steps']} | "
+                     f"{sum(e['success'] for e in block) / len(block):.2f} | {human:.2f} |")
     counts = {}
     if actor["reward"] == "classifier" and all(e.get("ground_truth_solved") is not None for e in log):
         for name, said, truth in (("true_positive", True, True), ("false_positive", True, False),

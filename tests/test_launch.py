@@ -183,13 +183,16 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
 def test_report_of_a_ros_stack_run(tmp_path):
     from robot_rl.report import write_report
 
-    log = [{"steps": 20 * (i + 1), "success": i % 3 != 0, "ground_truth_solved": i % 4 != 0} for i in range(12)]
+    log = [{"steps": 20 * (i + 1), "success": i % 3 != 0, "ground_truth_solved": i % 4 != 0,
+            "intervention_rate": 0.5 if i < 10 else 0.0} for i in range(12)]
     (tmp_path / "actor_summary.json").write_text(json.dumps(
         {"task": "PickCube", "obs": "state", "policy": "learner", "reward": "classifier", "reward_classifier": None,
-         "demo_store": "demos.zarr", "steps": 240, "episodes": 12, "successes": 8, "interventions": 0,
+         "demo_store": "demos.zarr", "steps": 240, "episodes": 12, "successes": 8, "interventions": 10,
+         "intervention_steps": 60,
          "recorded": 12, "weights_version": 9, "frame_to_command_ms_p50": 11.0, "frame_to_command_ms_p99": 19.5,
          "episode_log": log}))
     (tmp_path / "eval.json").write_text(json.dumps({"success_rate": 0.9, "episodes": 50}))
     text = write_report(tmp_path).read_text()
     assert "(ROS 2 stack)" in text and "final success (ground truth, 50 episodes): 0.90" in text
-    assert "| 1-10 | 200 | 0.60 |" in text and "| 11-12 | 240 | 1.00 |" in text
+    assert "| 1-10 | 200 | 0.60 | 0.50 |" in text and "| 11-12 | 240 | 1.00 | 0.00 |" in text
+    assert "human interventions: 10 takeovers, 60 steps (25% of all steps)" in text
