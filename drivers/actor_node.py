@@ -65,7 +65,6 @@ class ActorNodeConfig:
 
 
 POLICIES = ("learner", "expert", "teleop")
-EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
 
 
 class EpisodeSink:
@@ -183,8 +182,9 @@ class ActorNode(Node):
 
     def on_event(self, msg) -> None:
         event = msg.data.strip().lower()
-        if event not in EVENTS:
-            self.get_logger().warning(f"ignoring unknown teleop event {msg.data!r}; known: {', '.join(EVENTS)}")
+        if event not in topics.TELEOP_EVENT_NAMES:
+            self.get_logger().warning(f"ignoring unknown teleop event {msg.data!r}; "
+                                      f"known: {', '.join(topics.TELEOP_EVENT_NAMES)}")
             return
         with self.events_lock:
             self.events.append(event)

@@ -22,9 +22,9 @@ import secrets
 import threading
 from typing import Protocol
 
+from robot_rl.drivers.topics import TELEOP_EVENT_NAMES as BUTTON_EVENTS  # ROS-free names
 from robot_rl.errors import UserFacingError
 
-BUTTON_EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
 INTERVENE = ("hold", "release", "toggle")
 
 

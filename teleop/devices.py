@@ -26,8 +26,6 @@ import numpy as np
 
 from robot_rl.errors import UserFacingError
 
-EVENTS = ("success", "failure", "reset", "rerecord", "pause")
-
 
 class DeviceUnavailable(UserFacingError):
     """The device is not plugged in, not permitted, or its library is missing."""
