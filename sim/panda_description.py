@@ -27,10 +27,11 @@ FRONT_CAMERA_FOVY = 50.0
 WRIST_CAMERA_FOVY = 75.0
 # A fixed side camera at PickCube's lift height (cube centre 2 cm + 10 cm), looking level
 # across the workspace: a cube is lifted enough exactly when it shows above the image's
-# middle row, whatever its distance from the camera.
-SIDE_CAMERA_POS = (0.5, -0.75, 0.12)
+# middle row, whatever its distance from the camera. Far and wide enough to see the whole
+# safety box (x 0.3-0.7, y +-0.25, up to 0.35 m), so no held or dropped cube leaves its view.
+SIDE_CAMERA_POS = (0.5, -1.05, 0.12)
 SIDE_CAMERA_TARGET = (0.5, 0.0, 0.12)
-SIDE_CAMERA_FOVY = 35.0
+SIDE_CAMERA_FOVY = 40.0
 # Wrist camera in the hand frame, looking at the finger tips.
 WRIST_CAMERA_POS = (0.1, 0.0, 0.06)
 WRIST_CAMERA_TARGET = (0.0, 0.0, 0.16)

@@ -8,6 +8,7 @@ import robot_rl.sim
 from robot_rl import contract
 from robot_rl.contract import ActionError
 from robot_rl.sim import make
+from robot_rl.sim.experts import make_expert
 from robot_rl.sim.geometry import HOME_ROTATION, quat_to_matrix
 
 BACKENDS = ["mujoco", "pybullet"]
@@ -141,9 +142,23 @@ def test_side_camera_sees_the_cube_on_the_table_below_the_lift_line(backend):
     env = make("PickCube", backend=backend, images=True, image_size=(64, 64), cameras=("side",))
     obs, _ = env.reset(seed=0)
     img = obs["images"]["side"].astype(int)
-    red = (img[:, :, 0] > 120) & (img[:, :, 1] < 80) & (img[:, :, 2] < 80)
+    red = (img[:, :, 0] > 60) & (img[:, :, 0] > 2 * img[:, :, 1]) & (img[:, :, 0] > 2 * img[:, :, 2])
     rows = np.nonzero(red.any(axis=1))[0]
     assert len(rows) and rows.min() > 32
+    env.close()
+
+
+def test_side_camera_keeps_a_cube_lifted_to_the_top_of_the_safety_box_in_view():
+    env = make("PickCube", images=True, image_size=(64, 64), cameras=("side",))
+    expert = make_expert("PickCube", noise=0.0, seed=0)
+    obs, _ = env.reset(seed=1)  # the cube on the far side of the workspace from the camera
+    for _ in range(60):  # grasp and lift to 25 cm
+        obs, *_ = env.step(expert(obs))
+    assert obs["privileged"]["cube"][2] > 0.2
+    img = obs["images"]["side"].astype(int)
+    red = (img[:, :, 0] > 60) & (img[:, :, 0] > 2 * img[:, :, 1]) & (img[:, :, 0] > 2 * img[:, :, 2])
+    rows = np.nonzero(red.any(axis=1))[0]
+    assert len(rows) and 0 < rows.min() and rows.max() < 32  # above the lift line, inside the frame
     env.close()
 
 
