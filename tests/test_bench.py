@@ -75,8 +75,21 @@ def test_classifier_bench_quick_gives_every_figure():
         assert key in figures
     assert figures["heldout_frames"] > 0 and set(figures["heldout_by_policy"]) == {"expert_noise_0.3", "agent"}
     assert figures["heldout_agent_checkpoint"].startswith("step_")
-    assert figures["curve_ground_truth_reward"] and figures["curve_classifier_reward"]
+    assert figures["seeds"] == [0, 1]  # each reward trained once per seed
+    for name in ("classifier_reward", "ground_truth_reward"):
+        assert len(figures[f"steps_to_90_{name}_by_seed"]) == 2 and len(figures[f"curve_{name}"]) == 2
+        assert all(curve for curve in figures[f"curve_{name}"])
     assert sum(figures["classifier_reward_training_episodes"].values()) > 0
+
+
+def test_classifier_bench_takes_the_median_over_seeds_and_ranks_never_last():
+    from robot_rl.bench.classifier import _median_steps
+
+    assert _median_steps([5000, 9000, 6000]) == 6000
+    assert _median_steps([5000, None, 6000]) == 6000  # never reaching 90% ranks after any that did
+    assert _median_steps([5000, None, None]) is None
+    assert _median_steps([4000, 6000]) == 5000
+    assert _median_steps([4000, None]) is None
 
 
 def test_ros_bench_quick_gives_every_figure():

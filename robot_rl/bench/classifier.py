@@ -13,13 +13,15 @@
    each run to the time limit rather than cut at success. Frame metrics at the calibrated
    threshold: false-positive rate, recall, ROC-AUC; and per episode, whether the reward would
    have fired.
-3. End to end: two PickCube trainings from the same 10-demo store with the same seed, one
-   with the sim's ground-truth reward, one with the classifier's (the policy sees state; the
-   classifier sees the cameras). Both are graded by ground truth every ``eval_every`` env steps
-   over 50 episodes and stop at 90%; ``steps_ratio`` = classifier / ground truth.
+3. End to end: PickCube trainings from the same 10-demo store, with the sim's ground-truth
+   reward and with the classifier's (the policy sees state; the classifier sees the cameras),
+   for each of ``seeds`` seeds (the same seeds both ways). Each is graded by ground truth every
+   ``eval_every`` env steps over 50 episodes and stops at 90%; ``steps_ratio`` = the median
+   over seeds with the classifier / the median with ground truth (one seed's steps-to-90 swings
+   by thousands of steps from run to run: one pair of runs cannot tell the two rewards apart).
 
-The two trainings run side by side (one per core); the classifier is trained while the
-ground-truth run starts.
+The trainings run two at a time (one per core); the classifier is trained while the first
+ground-truth runs go.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 FULL = dict(image_size=64, successes=20, failures=20, hold_success=30, hold_failure=20, classifier_steps=4000,
             env_steps=20_000, eval_every=1000, eval_episodes=50, heldout_expert=30, heldout_agent=20,
-            pretrain=1000, warmup=1000, checkpoint_every=2000)
+            pretrain=1000, warmup=1000, checkpoint_every=2000, seeds=3)
 QUICK = dict(image_size=32, successes=2, failures=2, hold_success=3, hold_failure=2, classifier_steps=20,
              env_steps=120, eval_every=60, eval_episodes=2, heldout_expert=2, heldout_agent=1,
-             pretrain=20, warmup=10, checkpoint_every=60)  # env_steps > the 100-step time limit: an episode ends
+             pretrain=20, warmup=10, checkpoint_every=60, seeds=2)  # env_steps > the 100-step time limit: an episode ends
 HOLD_MOTION, HOLD_RISE = 0.4, 0.3  # the arm wanders and rises after a take: see record_rollouts
 HOLD_RELEASE = 0.5  # share of successful takes whose hold lets go of the cube
 CONSECUTIVE = 2  # positive frames in a row for the reward: a frame just below the line alone never pays
@@ -49,22 +53,30 @@ def _record(out: Path, **kw) -> dict:
     return record_rollouts(out, "PickCube", cameras=CAMERAS, **kw)
 
 
-def _train_policy(name: str, run_dir: str, kw: dict, classifier_job: dict | None = None) -> dict:
-    """One training run (in a worker process); with ``classifier_job`` the classifier's data
-    are recorded and it is trained first, then used as the reward."""
+def _train_policy(name: str, run_dir: str, kw: dict) -> dict:
+    """One training run (in a worker process)."""
     from robot_rl.train import TrainConfig, train
 
     log = lambda m: print(f"[{name}] {m}", flush=True)  # noqa: E731
-    extra: dict = {}
-    if classifier_job is not None:
-        extra = _make_classifier(**classifier_job, log=log)
-        kw = dict(kw, reward_classifier=extra["classifier"])
     t0 = time.time()
     summary = train(TrainConfig(run_dir=run_dir, progress=False, **kw), log=log)
     summary["wall_s"] = round(time.time() - t0, 1)
-    summary.update(extra)
     log(f"steps to 90%: {summary['steps_to_90']} (final {summary['final_success_rate']:.2f}, {summary['wall_s']} s)")
     return summary
+
+
+def _classifier_job(work: str, p: dict) -> dict:
+    """Record the classifier's data and train it (in a worker process)."""
+    return _make_classifier(work, p, log=lambda m: print(f"[classifier] {m}", flush=True))
+
+
+def _median_steps(steps: list[int | None]) -> float | None:
+    """Median env steps to 90% over seeds; a run that never got there counts as more than any
+    that did (None when the median itself never got there)."""
+    ranked = sorted(steps, key=lambda s: float("inf") if s is None else s)
+    mid = len(ranked) // 2
+    pair = ranked[mid - 1: mid + 1] if len(ranked) % 2 == 0 else [ranked[mid]]
+    return None if None in pair else float(np.mean(pair))
 
 
 def _make_classifier(work: str, p: dict, log) -> dict:
@@ -95,18 +107,22 @@ def run(quick: bool = False, log=print) -> dict:
         work = Path(tmp)
         demos = work / "demos.zarr"
         record_rollouts(demos, "PickCube", 10, noise=0.1, seed=10_000, keep="successes")
-        common = dict(task="PickCube", obs="state", demo_store=str(demos), seed=0, env_steps=p["env_steps"],
+        common = dict(task="PickCube", obs="state", demo_store=str(demos), env_steps=p["env_steps"],
                       eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                       final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
                       critic_warmup_steps=p["warmup"], checkpoint_every=p["checkpoint_every"])
-        log("training with ground-truth reward and (after training the classifier) with classifier reward, "
-            "side by side")
+        seeds = list(range(p["seeds"]))
+        log(f"training the classifier and, seeds {seeds}, PickCube with ground-truth reward and then with the "
+            "classifier's reward, two at a time")
         with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            truth = pool.submit(_train_policy, "ground_truth", str(work / "run_truth"), common)
-            learned = pool.submit(_train_policy, "classifier", str(work / "run_classifier"), common,
-                                  {"work": str(work), "p": p})
-            truth, learned = truth.result(), learned.result()
-        first_checkpoint = min((work / "run_truth" / "checkpoints").glob("step_*"))
+            made = pool.submit(_classifier_job, str(work), p)
+            truth = [pool.submit(_train_policy, f"ground_truth seed {s}", str(work / f"run_truth_{s}"),
+                                 dict(common, seed=s)) for s in seeds]
+            made = made.result()
+            learned = [pool.submit(_train_policy, f"classifier seed {s}", str(work / f"run_classifier_{s}"),
+                                   dict(common, seed=s, reward_classifier=made["classifier"])) for s in seeds]
+            truth, learned = [f.result() for f in truth], [f.result() for f in learned]
+        first_checkpoint = min((work / "run_truth_0" / "checkpoints").glob("step_*"))
         size = (p["image_size"], p["image_size"])
         log("held-out rollouts: the scripted expert at noise 0.3 and the partly trained agent "
             f"({first_checkpoint.name})")
@@ -117,13 +133,15 @@ def run(quick: bool = False, log=print) -> dict:
                              seed=400, images=True, image_size=size, continue_after_success=FULL_EPISODE),
         }
         stores = [h["path"] for h in heldout.values()]
-        metrics = evaluate_classifier(learned["classifier"], stores)["metrics"]
-        per_source = {name: evaluate_classifier(learned["classifier"], [h["path"]])["metrics"]
+        metrics = evaluate_classifier(made["classifier"], stores)["metrics"]
+        per_source = {name: evaluate_classifier(made["classifier"], [h["path"]])["metrics"]
                       for name, h in heldout.items()}
 
-    steps_truth, steps_learned = truth["steps_to_90"], learned["steps_to_90"]
+    steps_truth = _median_steps([r["steps_to_90"] for r in truth])
+    steps_learned = _median_steps([r["steps_to_90"] for r in learned])
     ratio = (round(steps_learned / steps_truth, 3) if steps_truth and steps_learned is not None
              else None)
+    outcomes = {k: sum(r["classifier_episodes"][k] for r in learned) for k in learned[0]["classifier_episodes"]}
     figures = {
         "heldout_fpr": round(metrics["fpr"], 4), "heldout_recall": round(metrics["recall"], 4),
         "heldout_roc_auc": round(metrics["roc_auc"], 4), "heldout_precision": round(metrics["precision"], 4),
@@ -136,14 +154,18 @@ def run(quick: bool = False, log=print) -> dict:
                               for name, m in per_source.items()},
         "heldout_agent_checkpoint": first_checkpoint.name,
         "classifier_threshold": round(metrics["threshold"], 4),
-        "classifier_validation": {k: learned["classifier_validation"][k] for k in ("fpr", "recall", "roc_auc")},
-        "classifier_train_s": learned["classifier_train_s"],
+        "classifier_validation": {k: made["classifier_validation"][k] for k in ("fpr", "recall", "roc_auc")},
+        "classifier_train_s": made["classifier_train_s"],
+        "seeds": seeds,
         "steps_to_90_classifier_reward": steps_learned, "steps_to_90_ground_truth_reward": steps_truth,
         "steps_ratio": ratio,
-        "classifier_reward_training_episodes": learned["classifier_episodes"],
-        "curve_classifier_reward": [[e["env_steps"], e["success_rate"]] for e in learned["evals"]],
-        "curve_ground_truth_reward": [[e["env_steps"], e["success_rate"]] for e in truth["evals"]],
-        "wall_s_classifier_reward": learned["wall_s"], "wall_s_ground_truth_reward": truth["wall_s"],
+        "steps_to_90_classifier_reward_by_seed": [r["steps_to_90"] for r in learned],
+        "steps_to_90_ground_truth_reward_by_seed": [r["steps_to_90"] for r in truth],
+        "classifier_reward_training_episodes": outcomes,
+        "curve_classifier_reward": [[[e["env_steps"], e["success_rate"]] for e in r["evals"]] for r in learned],
+        "curve_ground_truth_reward": [[[e["env_steps"], e["success_rate"]] for e in r["evals"]] for r in truth],
+        "wall_s_classifier_reward": [r["wall_s"] for r in learned],
+        "wall_s_ground_truth_reward": [r["wall_s"] for r in truth],
         "total_wall_s": round(time.time() - t0, 1),
         "notes": [
             "classifier data: 20 successful takes (expert noise 0.1, then 30 frames carrying the cube about and up, "
@@ -153,8 +175,9 @@ def run(quick: bool = False, log=print) -> dict:
             "held-out: full-length rollouts (not cut at success) of the scripted expert at noise 0.3 and of the "
             "ground-truth run's first checkpoint (stochastic policy), neither of which made training data; frame "
             "labels are the sim's ground truth (cube >= 10 cm above its start)",
-            "trainings: PickCube, state policy, the same 10-demo store and seed, evaluated by ground truth over "
-            "eval_episodes every eval_every env steps, stopped at 90%; run side by side on this machine",
+            "trainings: PickCube, state policy, the same 10-demo store, seeds 0..n-1 with each reward, evaluated by "
+            "ground truth over eval_episodes every eval_every env steps, stopped at 90%; steps_to_90 figures are "
+            "medians over seeds (a run that never got there ranks last), curves per seed; two runs at a time",
         ],
     }
     return figures
