@@ -135,15 +135,20 @@ def test_cameras_render_uint8_images_of_configured_size(backend):
     env.close()
 
 
+def red_rows(image: np.ndarray) -> np.ndarray:
+    """Rows of the image where the red cube shows (red well above green and blue)."""
+    img = image.astype(int)
+    red = (img[:, :, 0] > 60) & (img[:, :, 0] > 2 * img[:, :, 1]) & (img[:, :, 0] > 2 * img[:, :, 2])
+    return np.nonzero(red.any(axis=1))[0]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_side_camera_sees_the_cube_on_the_table_below_the_lift_line(backend):
     """The side camera looks level at PickCube's success height: a cube resting on the table
     shows below the image's middle row."""
     env = make("PickCube", backend=backend, images=True, image_size=(64, 64), cameras=("side",))
     obs, _ = env.reset(seed=0)
-    img = obs["images"]["side"].astype(int)
-    red = (img[:, :, 0] > 60) & (img[:, :, 0] > 2 * img[:, :, 1]) & (img[:, :, 0] > 2 * img[:, :, 2])
-    rows = np.nonzero(red.any(axis=1))[0]
+    rows = red_rows(obs["images"]["side"])
     assert len(rows) and rows.min() > 32
     env.close()
 
@@ -155,9 +160,7 @@ def test_side_camera_keeps_a_cube_lifted_to_the_top_of_the_safety_box_in_view():
     for _ in range(60):  # grasp and lift to 25 cm
         obs, *_ = env.step(expert(obs))
     assert obs["privileged"]["cube"][2] > 0.2
-    img = obs["images"]["side"].astype(int)
-    red = (img[:, :, 0] > 60) & (img[:, :, 0] > 2 * img[:, :, 1]) & (img[:, :, 0] > 2 * img[:, :, 2])
-    rows = np.nonzero(red.any(axis=1))[0]
+    rows = red_rows(obs["images"]["side"])
     assert len(rows) and 0 < rows.min() and rows.max() < 32  # above the lift line, inside the frame
     env.close()
 
