@@ -107,7 +107,9 @@ def _cmd_record(args) -> int:
                               hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
                               hold_rise=args.hold_rise, hold_release=args.hold_release,
                               continue_after_success=args.continue_after_success,
-                              policy=args.policy)
+                              policy=args.policy, on_episode=lambda index, success: print(
+                                  f"record: episode {index} committed ({'success' if success else 'failure'})",
+                                  file=sys.stderr, flush=True))
     print(json.dumps(summary))
     return 0
 

@@ -1,8 +1,11 @@
-"""Run-folder output for long jobs: TensorBoard scalars, a progress bar (steps, success
-rate, updates, ETA) and the learning-curve PNG."""
+"""Run-folder output for long jobs: TensorBoard scalars, progress (steps, success rate,
+updates, rate, ETA) and the learning-curve PNG. Progress is a live bar on a terminal and a
+plain line every 100 env steps when the output is a file, a pipe or a CI log."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +19,10 @@ class RunLogger:
         self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
         self.total = total_steps
         self._last_logged = 0
+        self._first: tuple[int, float] | None = None  # (step, time) of the first report: the rate
         self.bar = None
-        if enabled:
+        self.lines = enabled and not sys.stdout.isatty()
+        if enabled and not self.lines:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -38,10 +43,23 @@ class RunLogger:
         for key, value in status.get("metrics", {}).items():
             self.scalar(f"learner/{key}", value, step)
         self.scalar("learner/updates", status.get("updates", 0), step)
+        evals = actor_state["evals"]
+        info = (f"train {train_success:.2f} eval {evals[-1]['success_rate']:.2f} " if evals else "") + \
+            f"updates {status.get('updates', 0)}"
         if self.bar is not None:
-            evals = actor_state["evals"]
-            info = f"train {train_success:.2f} eval {evals[-1]['success_rate']:.2f} " if evals else ""
-            self.bar.update(self.task, completed=step, info=info + f"updates {status.get('updates', 0)}")
+            self.bar.update(self.task, completed=step, info=info)
+        if self.lines:
+            print(f"train: step {step}/{self.total} {info} {self._rate(step)}", flush=True)
+
+    def _rate(self, step: int) -> str:
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (step, now)
+        done, elapsed = step - self._first[0], now - self._first[1]
+        if done <= 0 or elapsed <= 0:
+            return ""
+        rate = done / elapsed
+        return f"{rate:.1f} steps/s ETA {(self.total - step) / rate / 60:.1f} min"
 
     def plot_curve(self, evals: list[dict], cfg) -> Path | None:
         if not evals:
