@@ -2,9 +2,10 @@
 
 On start the replay is rebuilt from what is durable: the demonstrations store and every episode
 the recorder has committed to the online store; the agent resumes from the newest checkpoint in
-the run folder (``resume``). So a learner killed and restarted mid-run loses no completed
-episode, and the actors keep acting with the last weights they have meanwhile. Checkpoints
-(agent only; the replay lives in the stores) are written every ``checkpoint_every_s``.
+the run folder that verifies (``resume``; what a save killed midway left is ignored and removed).
+So a learner killed and restarted mid-run loses no completed episode, and the actors keep acting
+with the last weights they have meanwhile. Checkpoints (agent only; the replay lives in the
+stores) are written every ``checkpoint_every_s``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rclpy.node import Node
 from robot_rl.drivers.node import declare_config, run_loop
 from robot_rl.drivers.ros_transport import learner_endpoint
 from robot_rl.envs import obs_spec, spec_env
-from robot_rl.runtime.checkpoint import load_agent, write_checkpoint
+from robot_rl.runtime.checkpoint import (clean_leftovers, latest_checkpoint, list_checkpoints, load_agent,
+                                         write_checkpoint)
 from robot_rl.runtime.learner import Learner, build_learner
 from robot_rl.train import TrainConfig, agent_config_for
 
@@ -56,11 +58,6 @@ def train_config(cfg: LearnerNodeConfig) -> TrainConfig:
                        batch_size=cfg.batch_size, pretrain_steps=cfg.pretrain_steps,
                        critic_warmup_steps=cfg.critic_warmup_steps, weights_every=cfg.weights_every,
                        run_dir=cfg.run_dir, sync=False, progress=False)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted(p for p in (Path(run_dir) / "checkpoints").glob("*") if (p / "agent.safetensors").exists())
-    return found[-1] if found else None
 
 
 def load_online_store(path: str, env, task: str, replay) -> dict:
@@ -96,7 +93,9 @@ class LearnerNode(Node):
         self.learner: Learner = build_learner(dataclasses.asdict(self.train), dataclasses.asdict(agent_cfg),
                                               {k: [list(s), np.dtype(d).str] for k, (s, d) in obs_spec(self.env.observation_space).items()},
                                               self.endpoint, self.run_dir)
-        ckpt = latest_checkpoint(self.run_dir) if cfg.resume else None
+        for leftover in clean_leftovers(self.run_dir):
+            self.get_logger().warning(f"removed {leftover}, left by a checkpoint save that was interrupted")
+        ckpt = latest_checkpoint(self.run_dir, log=self.get_logger().warning) if cfg.resume else None
         if ckpt is not None:
             self.learner.agent = load_agent(ckpt / "agent.safetensors")
             self.learner.started = True
@@ -121,7 +120,7 @@ class LearnerNode(Node):
         state = {"updates": self.learner.agent.num_updates, "online": self.learner.online_received,
                  "train_config": dataclasses.asdict(self.train)}
         path = write_checkpoint(self.run_dir, name, self.learner.agent, None, state)
-        for old in sorted((self.run_dir / "checkpoints").glob("*-*-*"))[: -self.cfg.keep_checkpoints]:
+        for old in list_checkpoints(self.run_dir)[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         self.learner.last_checkpoint = str(path)
         self.last_checkpoint = time.monotonic()

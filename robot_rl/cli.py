@@ -52,9 +52,27 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-def _train_config(args):
-    from robot_rl.train import TrainConfig
+# `train` flags: each is None unless given, so a resumed run keeps its own value of every flag
+# not given. A new run takes TrainConfig's defaults, except these:
+TRAIN_CLI_DEFAULTS = {"eval_episodes": 50}
 
+
+def _train_overrides(args) -> dict:
+    """The TrainConfig fields the command line gives explicitly."""
+    given = {"task": args.task, "backend": args.backend, "obs": args.obs, "env_steps": args.steps, "seed": args.seed,
+             "utd": args.utd, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
+             "final_eval_episodes": args.final_eval_episodes, "learner": args.learner,
+             "reward_classifier": args.reward_classifier, "stop_at_success": args.stop_at_success,
+             "human_eagerness": args.simulated_human, "checkpoint_every": args.checkpoint_every,
+             "checkpoint_every_s": args.checkpoint_every_s, "run_dir": args.run_dir}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if args.demos is not None:
+        overrides["demos"], overrides["demo_store"] = ((int(args.demos), None) if str(args.demos).isdigit()
+                                                       else (0, args.demos))
+    if args.image_size is not None:
+        overrides["image_size"] = (args.image_size, args.image_size)
+    if args.no_progress:
+        overrides["progress"] = False
     agent = {}
     for item in args.agent or []:
         key, _, value = item.partition("=")
@@ -70,27 +88,31 @@ def _train_config(args):
         agent["pretrained_path"] = args.pretrained
     if args.freeze_backbone:
         agent["freeze_backbone"] = True
-    if args.num_critics:
+    if args.num_critics is not None:
         agent["num_critics"] = args.num_critics
-    demos, demo_store = (int(args.demos), None) if str(args.demos).isdigit() else (0, args.demos)
-    cfg = TrainConfig(task=args.task, backend=args.backend, obs=args.obs, demos=demos, demo_store=demo_store,
-                      env_steps=args.steps,
-                      seed=args.seed, utd=args.utd, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                      final_eval_episodes=args.final_eval_episodes, learner=args.learner, run_dir=args.run_dir,
-                      image_size=(args.image_size, args.image_size), progress=not args.no_progress, agent=agent,
-                      reward_classifier=args.reward_classifier, stop_at_success=args.stop_at_success,
-                      human_eagerness=args.simulated_human)
+    if agent:
+        overrides["agent"] = agent
     if args.pretrained and not Path(args.pretrained).is_file():
         raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
-    return cfg
+    return overrides
 
 
 def _cmd_train(args) -> int:
     from robot_rl.sim import get_task
-    from robot_rl.train import train
+    from robot_rl.train import TrainConfig, TrainingInterrupted, train
 
-    get_task(args.task)
-    summary = train(_train_config(args), resume=args.resume)
+    if args.task is not None:
+        get_task(args.task)
+    overrides = _train_overrides(args)
+    log = lambda message: print(message, flush=True)  # noqa: E731
+    try:
+        if args.resume:
+            summary = train(None, resume=args.resume, log=log, overrides=overrides)
+        else:
+            summary = train(TrainConfig(**{**TRAIN_CLI_DEFAULTS, **overrides}), log=log)
+    except TrainingInterrupted as stopped:
+        print(f"robot-rl: {stopped}", file=sys.stderr, flush=True)
+        return 128 + stopped.signum
     brief = {k: v for k, v in summary.items() if k not in ("evals", "episode_interventions")}
     print(json.dumps(brief))
     return 0
@@ -234,36 +256,44 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs", help="parent folder of the run folder")
     run.set_defaults(func=_cmd_sim_run)
 
-    tr = sub.add_parser("train", help="train a policy on the sim twin (SAC/RLPD, learner in its own process)")
-    tr.add_argument("--task", default="PickCube")
-    tr.add_argument("--backend", default="mujoco")
-    tr.add_argument("--obs", default="state", choices=["state", "pixels"])
-    tr.add_argument("--demos", default="10",
-                    help="a number of scripted demonstrations to record first, or an episode store (path.zarr)")
+    tr = sub.add_parser("train", help="train a policy on the sim twin (SAC/RLPD, learner in its own process)",
+                        description="With --resume the run goes on with its own config: only the flags given "
+                                    "change it (each is printed; <run>/config_history.jsonl keeps every change).")
+    tr.add_argument("--task", help="default PickCube")
+    tr.add_argument("--backend", help="default mujoco")
+    tr.add_argument("--obs", choices=["state", "pixels"], help="default state")
+    tr.add_argument("--demos",
+                    help="a number of scripted demonstrations to record first, or an episode store (path.zarr); "
+                         "default 10")
     tr.add_argument("--reward-classifier", metavar="DIR",
                     help="reward and episode end from a success classifier (robot-rl classifier train) instead of "
                          "the sim's ground truth; evaluation still uses ground truth")
-    tr.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
+    tr.add_argument("--simulated-human", type=float, metavar="EAGERNESS",
                     help="a simulated human (scripted expert) takes over when the policy stalls or heads for failure; "
-                         "eagerness in (0, 1]: how soon it steps in (0: no human)")
+                         "eagerness in (0, 1]: how soon it steps in (default 0: no human)")
     tr.add_argument("--stop-at-success", type=float, metavar="RATE",
                     help="stop once an evaluation reaches this success rate (e.g. 0.9)")
-    tr.add_argument("--steps", type=int, default=20_000, help="environment steps")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--utd", type=float, default=2.0, help="gradient updates per environment step")
-    tr.add_argument("--eval-every", type=int, default=2000)
-    tr.add_argument("--eval-episodes", type=int, default=50)
-    tr.add_argument("--final-eval-episodes", type=int, default=50)
-    tr.add_argument("--learner", default="process", choices=["process", "inline"])
-    tr.add_argument("--image-size", type=int, default=64)
+    tr.add_argument("--steps", type=int, help="environment steps in all (default 20000)")
+    tr.add_argument("--seed", type=int, help="default 0")
+    tr.add_argument("--utd", type=float, help="gradient updates per environment step (default 2)")
+    tr.add_argument("--eval-every", type=int, help="default 2000")
+    tr.add_argument("--eval-episodes", type=int, help="default 50")
+    tr.add_argument("--final-eval-episodes", type=int, help="default 50")
+    tr.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+                    help="a checkpoint every this many env steps (default 2000) ...")
+    tr.add_argument("--checkpoint-every-s", type=float, metavar="SECONDS",
+                    help="... or seconds, whichever comes first (default 300); SIGTERM / Ctrl-C also write one")
+    tr.add_argument("--learner", choices=["process", "inline"], help="default process")
+    tr.add_argument("--image-size", type=int, help="default 64")
     tr.add_argument("--image-encoder", choices=["drq", "resnet18"])
     tr.add_argument("--pretrained", help="local file with ResNet-18 weights (torchvision names; .pt or .safetensors)")
-    tr.add_argument("--freeze-backbone", action="store_true")
+    tr.add_argument("--freeze-backbone", action="store_true", default=None)
     tr.add_argument("--num-critics", type=int)
     tr.add_argument("--agent", action="append", metavar="KEY=VALUE", help="SAC config override (repeatable)")
     tr.add_argument("--run-dir", help="run folder (default runs/train-<task>-<obs>-<time>)")
-    tr.add_argument("--resume", help="run folder or checkpoint to resume from")
-    tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("--resume", metavar="RUN",
+                    help="run folder (its newest checkpoint that verifies) or checkpoint to resume from")
+    tr.add_argument("--no-progress", action="store_true", default=None)
     tr.set_defaults(func=_cmd_train)
 
     rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store")
@@ -362,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
-    ev.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (its latest checkpoint)")
+    ev.add_argument("--checkpoint", required=True,
+                    help="checkpoint folder, or run folder (its newest checkpoint that verifies)")
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--task", help="default: the task it was trained on")
     ev.add_argument("--backend", help="default: the backend it was trained on")

@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +26,22 @@ from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.envs import make_env, obs_spec
 from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
-from robot_rl.runtime.checkpoint import CheckpointError, read_state, resolve_checkpoint
+from robot_rl.runtime.checkpoint import (CheckpointError, clean_leftovers, list_checkpoints, read_state,
+                                         resolve_checkpoint)
 from robot_rl.runtime.learner import LATEST_ONLY, build_learner, learner_main, transition_arrays
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
 
 class TrainingError(UserFacingError):
     """Training stopped; the message says why and where the last good checkpoint is."""
+
+
+class TrainingInterrupted(TrainingError):
+    """SIGTERM / SIGINT: a checkpoint was written, then training stopped."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
 
 
 @dataclass
@@ -77,7 +89,8 @@ class TrainConfig:
     eval_episodes: int = 20
     stop_at_success: float | None = None  # end the run at the first evaluation at or above this success rate
     final_eval_episodes: int = 50
-    checkpoint_every: int = 5000
+    checkpoint_every: int = 2000  # env steps between checkpoints ...
+    checkpoint_every_s: float = 300.0  # ... or seconds, whichever comes first (and always on SIGTERM/SIGINT)
     run_dir: str | None = None
     progress: bool = True
     residual: bool = True  # with demos: residual RL on a frozen BC base (see agents/sac.py)
@@ -92,9 +105,16 @@ class TrainConfig:
     def validate(self) -> None:
         if self.learner not in ("process", "inline"):
             raise ValueError(f"learner must be 'process' or 'inline', got {self.learner!r}")
-        for name in ("env_steps", "batch_size", "eval_every", "checkpoint_every", "weights_every"):
+        for name in ("env_steps", "batch_size", "eval_every", "eval_episodes", "final_eval_episodes",
+                     "checkpoint_every", "weights_every"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.checkpoint_every_s > 0:
+            raise ValueError(f"checkpoint_every_s must be > 0 seconds, got {self.checkpoint_every_s}")
+        if self.stop_at_success is not None and not 0.0 <= self.stop_at_success <= 1.0:
+            raise ValueError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
+        if min(self.image_size) < 1:
+            raise ValueError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():
             raise FileNotFoundError(f"demo store {self.demo_store}: no such path")
         if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
@@ -103,7 +123,35 @@ class TrainConfig:
             raise ValueError(f"human_eagerness must lie in [0, 1] (0: no human), got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
-        SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
+        agent = SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
+        if not 1 <= agent.num_target_critics <= agent.num_critics:
+            raise ValueError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
+                             f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
+
+
+# fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
+FIXED_ON_RESUME = ("task", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
+                   "residual", "residual_scale", "residual_penalty", "replay_capacity", "demo_capacity",
+                   "demo_fraction")
+
+
+def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfig, dict]:
+    """The run's own config (``saved``, as its checkpoint recorded it) with ``overrides`` applied;
+    also the fields that changed, ``{field: [old, new]}``."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    known = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
+    base = TrainConfig(**{**known, "run_dir": None})  # by default the run continues where its checkpoint lies
+    old = json.loads(json.dumps(dataclasses.asdict(base)))
+    if "agent" in overrides:  # agent flags add to the run's agent config
+        overrides = {**overrides, "agent": {**base.agent, **overrides["agent"]}}
+    cfg = dataclasses.replace(base, **overrides)
+    new = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    changed = {k: [old[k], new[k]] for k in overrides if old[k] != new[k]}
+    for key in FIXED_ON_RESUME:
+        if key in changed:
+            raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={old[key]!r}; a resumed run keeps it "
+                                  f"(asked for {new[key]!r}): start a new run to change it")
+    return cfg, changed
 
 
 def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
@@ -214,28 +262,107 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"train-{cfg.task.lower()}-{cfg.obs}-{stamp}"
 
 
-def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
-    """Train on the sim twin; returns the summary (also written to <run>/summary.json)."""
-    from robot_rl.runtime.logging import RunLogger
+def _print(message: str) -> None:
+    print(message, flush=True)  # flushed: a supervisor may wait on these lines through a pipe
 
-    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": cfg.demos,
+
+class StopSignals:
+    """While active, SIGTERM / SIGINT only set ``signum``: the actor loop finishes its step,
+    writes a checkpoint and stops. A second signal acts as usual (the handlers are restored)."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self._restore()
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+
+def record_config(run_dir: Path, cfg: TrainConfig, resumed_from: str | None) -> None:
+    """``config.json`` is the config the run goes on with; ``config_history.jsonl`` gets one line
+    per start or resume: when, from which checkpoint, what changed, the whole config."""
+    current = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    path = run_dir / "config.json"
+    try:
+        previous = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        previous = None
+    changed = ({k: [previous.get(k), v] for k, v in current.items() if previous.get(k) != v}
+               if isinstance(previous, dict) else {})
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "resumed_from": resumed_from, "changed": changed,
+             "config": current}
+    with open(run_dir / "config_history.jsonl", "a") as f:
+        f.write(json.dumps(entry) + "\n")
+    tmp = run_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(current, indent=1))
+    tmp.replace(path)
+
+
+def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
+          overrides: dict | None = None) -> dict:
+    """Train on the sim twin; returns the summary (also written to <run>/summary.json).
+
+    ``resume`` (a run folder or a checkpoint) continues a run from its newest checkpoint that
+    verifies. With ``cfg=None`` it goes on with the run's own config, changed only by
+    ``overrides`` (each change is logged and kept in ``config_history.jsonl``); a full ``cfg``
+    is used as given. A run that fails before its first checkpoint removes its run folder."""
+    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": 0,
                          "interventions": 0, "intervention_steps": 0, "episode_interventions": []}
     resume_from = None
     if resume:
         ckpt = resolve_checkpoint(Path(resume))
         saved = read_state(ckpt)
         saved_cfg = saved.get("train_config", {})
+        if cfg is None:
+            cfg, changed = resumed_config(saved_cfg, overrides or {}, ckpt)
+            for key, (old, new) in changed.items():
+                log(f"resume: {key} = {new!r} as given (the run's own: {old!r})")
         for key in ("task", "obs", "backend", "image_size", "cameras"):
             if key in saved_cfg and json.dumps(saved_cfg[key]) != json.dumps(dataclasses.asdict(cfg)[key]):
                 raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={saved_cfg[key]!r}, not {getattr(cfg, key)!r}")
         actor_state.update({k: saved[k] for k in actor_state if k in saved})
         resume_from = str(ckpt)
         run_dir = Path(cfg.run_dir) if cfg.run_dir else ckpt.parent.parent
+        log(f"resuming {run_dir} from {ckpt.name} at env step {actor_state['env_steps']}")
     else:
+        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         run_dir = new_run_dir(cfg)
+        actor_state["demo_episodes"] = cfg.demos
     cfg.validate()
+    cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+    try:
+        if resume_from:
+            clean_leftovers(run_dir)  # this process now writes the run's checkpoints
+        record_config(run_dir, cfg, resume_from)
+        with StopSignals() as stop:
+            return _train(cfg, run_dir, resume_from, actor_state, stop, log)
+    except BaseException:
+        if created and not list_checkpoints(run_dir):  # nothing worth keeping was written
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state: dict, stop: StopSignals,
+           log) -> dict:
+    from robot_rl.runtime.logging import RunLogger
+
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
@@ -256,6 +383,12 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
     actor = Actor(cfg, link, policy)
     t_start = time.time()
     summary: dict = {}
+
+    def checkpoint(step: int) -> None:
+        name = f"step_{step:09d}"
+        actor.checkpoint(name, actor_state, wait=True)
+        log(f"checkpoint {name} saved (env step {step})")
+
     try:
         if not resume_from:
             send_demo = lambda *tr: link.send("demo", transition_arrays(*tr))  # noqa: E731
@@ -280,7 +413,15 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
         random_until = 0 if cfg.has_demos else cfg.random_steps
         solved = False  # ground truth, seen only by the classifier-reward bookkeeping
         episode_human_steps, episode_start = 0, step
+        last_checkpoint_t = time.monotonic()
+        checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
         while step < cfg.env_steps:
+            if stop.signum is not None:
+                if checkpointed_at != step:
+                    checkpoint(step)
+                name = signal.Signals(stop.signum).name
+                raise TrainingInterrupted(f"stopped by {name} at env step {step}; checkpoint step_{step:09d} "
+                                          f"saved: continue with robot-rl train --resume {run_dir}", stop.signum)
             actor.poll()
             actor.wait_for_learner(step)
             action = env.action_space.sample() if step < random_until else policy.act(obs)
@@ -314,13 +455,15 @@ def train(cfg: TrainConfig, resume: str | None = None, log=print) -> dict:
                 record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step, logger, log)
             reached = (cfg.stop_at_success is not None and step % cfg.eval_every == 0
                        and actor_state["evals"][-1]["success_rate"] >= cfg.stop_at_success)
-            if step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached:
-                actor.checkpoint(f"step_{step:09d}", actor_state, wait=True)
+            if (step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached
+                    or time.monotonic() - last_checkpoint_t >= cfg.checkpoint_every_s):
+                checkpoint(step)
+                last_checkpoint_t, checkpointed_at = time.monotonic(), step
             logger.progress(step, actor_state, actor.status)
             if reached:
                 log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
                 break
-        summary = make_summary(cfg, actor_state, time.time() - t_start, actor, run_dir)
+        summary = make_summary(cfg, actor_state, time.time() - t_start, actor, run_dir, resume_from)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(actor_state["evals"], cfg)
         return summary
@@ -376,7 +519,8 @@ def steps_to(evals: list[dict], threshold: float) -> int | None:
     return None
 
 
-def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Actor, run_dir: Path) -> dict:
+def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Actor, run_dir: Path,
+                 resume_from: str | None = None) -> dict:
     evals = actor_state["evals"]
     return {
         "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
@@ -385,7 +529,7 @@ def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Acto
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
-        "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint, "run_dir": str(run_dir),
+        "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": actor.link.endpoint.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": actor_state.get("classifier_episodes"),
         "human_eagerness": cfg.human_eagerness, "interventions": actor_state["interventions"],

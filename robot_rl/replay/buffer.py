@@ -114,6 +114,22 @@ class ReplayBuffer:
         self._episode_open = not done
         self._cursor = (nxt + 1) % self.capacity if done else nxt
 
+    @property
+    def episode_open(self) -> bool:
+        """Whether the next ``add`` continues an episode (its obs is the last next_obs stored)."""
+        return self._episode_open
+
+    def close_episode(self) -> None:
+        """End the open episode here: its last transition is marked truncated (it still
+        bootstraps from its next observation) and the next ``add`` starts a new episode. For
+        when the episode stops without the env saying so: an env reset on resume, or the end
+        of a human's takeover in the demo buffer. A no-op when no episode is open."""
+        if not self._episode_open:
+            return
+        self._truncated[(self._cursor - 1) % self.capacity] = True
+        self._episode_open = False
+        self._cursor = (self._cursor + 1) % self.capacity
+
     # --------------------------------------------------------------- sampling
     def __len__(self) -> int:
         return int(np.count_nonzero(self._valid))
@@ -223,10 +239,19 @@ class MixedReplay:
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
 
     def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
-        """Add to the online buffer; human interventions are also kept as demonstrations."""
+        """Add to the online buffer; human interventions are also kept as demonstrations. A
+        takeover that ends mid-episode closes its stretch in the demo buffer (truncated there),
+        so the human's next takeover starts a new one instead of joining on to it."""
         self.online.add(obs, action, reward, next_obs, terminated, truncated, is_intervention)
         if is_intervention:
             self.demo.add(obs, action, reward, next_obs, terminated, truncated, True)
+        else:
+            self.demo.close_episode()
+
+    def close_episodes(self) -> None:
+        """Close the episode open in either buffer (e.g. on resume: the env starts afresh)."""
+        self.online.close_episode()
+        self.demo.close_episode()
 
     def add_demo(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         self.demo.add(obs, action, reward, next_obs, terminated, truncated, False)

@@ -4,17 +4,26 @@ replay as .npz (loaded with allow_pickle=False), counters as JSON.
     <run>/checkpoints/step_000002000/agent.safetensors
                                     /replay/{online.npz, demo.npz, mixed.json}
                                     /state.json
-    <run>/checkpoints/latest        (text: the newest complete checkpoint's folder name)
+                                    /manifest.json  (sha256 and size of every file above)
+    <run>/checkpoints/latest        (text: the newest checkpoint's folder name, for people)
 
-A checkpoint is written to ``<name>.tmp`` and renamed into place when complete, and
-``latest`` is replaced atomically afterwards, so a crash mid-save leaves the previous one.
+A checkpoint is written to ``<name>.tmp``; its ``manifest.json`` is written last, then the
+folder is renamed into place. Only a folder whose manifest matches every file counts
+(``verify_checkpoint``): ``latest_checkpoint`` returns the newest such one and says which
+newer ones it skipped and why, so a kill mid-save, a damaged or tampered file, or NaN
+weights never get loaded. Leftover ``*.tmp`` folders are removed by the next writer
+(``clean_leftovers``), never by a reader, which might run beside a live save.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
+import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -23,9 +32,11 @@ from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.errors import UserFacingError
-from robot_rl.replay import MixedReplay
+from robot_rl.replay import MixedReplay, ReplayBuffer
 
 OPTIMIZERS = ("critic_opt", "actor_opt", "base_opt", "alpha_opt", "grasp_opt")
+MANIFEST = "manifest.json"
+TMP_SUFFIX = ".tmp"
 
 
 class CheckpointError(UserFacingError):
@@ -66,8 +77,24 @@ def read_agent_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint file {path} is corrupt ({err}); use an earlier checkpoint") from err
+        raise CheckpointError(f"checkpoint file {path} is corrupt ({one_line(err)}); use an earlier checkpoint") from err
+    bad = non_finite_tensor(tensors)
+    if bad is not None:
+        raise CheckpointError(f"checkpoint file {path} holds NaN/inf values (tensor {bad}); use an earlier checkpoint")
     return tensors, meta
+
+
+def non_finite_tensor(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first tensor holding a NaN or an infinity, or None."""
+    for name, value in tensors.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return name
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") -> SACAgent:
@@ -93,51 +120,193 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") ->
                         state.setdefault(int(idx), {})[field] = value
                 opt.load_state_dict({"state": state, "param_groups": groups})
     except (KeyError, ValueError, RuntimeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path} does not load ({err})") from err
+        raise CheckpointError(f"checkpoint {path} does not load ({one_line(err)})") from err
     return agent
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the sha256 and size of every file in ``folder`` (written last, atomically)."""
+    folder = Path(folder)
+    files = {p.relative_to(folder).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    tmp = folder / f"{MANIFEST}{TMP_SUFFIX}"
+    with open(tmp, "w") as f:
+        json.dump({"saved_at": time.time(), "files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / MANIFEST)
+
+
+def clean_leftovers(run_dir: Path) -> list[Path]:
+    """Remove what an interrupted save left in ``<run>/checkpoints`` (``*.tmp``); returns them.
+    Only the process that writes the run's checkpoints may call this."""
+    root = Path(run_dir) / "checkpoints"
+    leftovers = sorted(root.glob(f"*{TMP_SUFFIX}")) if root.is_dir() else []
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return leftovers
 
 
 def write_checkpoint(run_dir: Path, name: str, agent: SACAgent, replay: MixedReplay | None, state: dict) -> Path:
     root = Path(run_dir) / "checkpoints"
-    tmp, final = root / f"{name}.tmp", root / name
-    shutil.rmtree(tmp, ignore_errors=True)
+    clean_leftovers(run_dir)
+    tmp, final = root / f"{name}{TMP_SUFFIX}", root / name
     tmp.mkdir(parents=True)
     save_agent(agent, tmp / "agent.safetensors")
     if replay is not None:
         replay.save(tmp / "replay")
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
-    shutil.rmtree(final, ignore_errors=True)
+    write_manifest(tmp)
+    replaced = root / f"{name}.old{TMP_SUFFIX}"  # a checkpoint of the same name is swapped out, not deleted first
+    if final.exists():
+        os.replace(final, replaced)
     os.replace(tmp, final)
-    latest_tmp = root / "latest.tmp"
+    shutil.rmtree(replaced, ignore_errors=True)
+    latest_tmp = root / f"latest{TMP_SUFFIX}"
     latest_tmp.write_text(name)
     os.replace(latest_tmp, root / "latest")
     return final
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or a run folder / checkpoints folder (-> its latest checkpoint)."""
+def verify_checkpoint(ckpt: Path) -> None:
+    """Raise CheckpointError (one line naming the file) unless every file of the checkpoint
+    matches its manifest and the weights are finite."""
+    ckpt = Path(ckpt)
+    manifest_path = ckpt / MANIFEST
+    if ckpt.name.endswith(TMP_SUFFIX):
+        raise CheckpointError(f"{ckpt} is an unfinished save (a {TMP_SUFFIX} folder); use a complete checkpoint")
+    if not manifest_path.is_file():
+        raise CheckpointError(f"checkpoint {ckpt} has no {MANIFEST}: it is incomplete (its save was interrupted) "
+                              "or was written by an older robot-rl; use a complete checkpoint")
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+        listed = {rel: (int(want["bytes"]), str(want["sha256"])) for rel, want in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        listed = {}
+    inside = all(not Path(rel).is_absolute() and ".." not in Path(rel).parts for rel in listed)
+    if not inside or "agent.safetensors" not in listed or "state.json" not in listed:
+        raise CheckpointError(f"checkpoint file {manifest_path} is corrupt; use an earlier checkpoint")
+    for rel, (size, sha256) in listed.items():
+        path = ckpt / rel
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file {path} is missing (listed in {MANIFEST}); use an earlier checkpoint")
+        if path.stat().st_size != size or _sha256(path) != sha256:
+            nan = _nan_note(path) if rel == "agent.safetensors" else ""
+            raise CheckpointError(f"checkpoint file {path} is corrupt: it changed after it was saved "
+                                  f"(sha256 differs from {MANIFEST}){nan}; use an earlier checkpoint")
+    read_agent_file(ckpt / "agent.safetensors")  # weights saved with NaN/inf in them
+
+
+def _nan_note(path: Path) -> str:
+    try:
+        bad = non_finite_tensor(load_file(str(path)))
+    except (SafetensorError, OSError, ValueError):
+        return ""
+    return f" and holds NaN/inf values (tensor {bad})" if bad else ""
+
+
+def checkpoints_root(path: Path) -> Path:
+    """``<run>/checkpoints`` for a run folder; the folder itself for a checkpoints folder."""
     path = Path(path)
-    if (path / "agent.safetensors").exists():
+    if not (path / "checkpoints").is_dir() and (path.name == "checkpoints" or (path / "latest").is_file()):
         return path
-    for root in (path / "checkpoints", path):
-        latest = root / "latest"
-        if latest.is_file():
-            ckpt = root / latest.read_text().strip()
-            if not (ckpt / "agent.safetensors").exists():
-                raise CheckpointError(f"{latest} points at {ckpt}, which is incomplete")
-            return ckpt
-    raise CheckpointError(f"no checkpoint at {path} (expected a checkpoint folder or a run folder with checkpoints/latest)")
+    return path / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoint folders of a run, oldest first by the time in their manifest (the folder's
+    time without one); not yet verified. ``*.tmp`` leftovers never count."""
+    root = checkpoints_root(run_dir)
+    found = []
+    for path in root.iterdir() if root.is_dir() else ():
+        if path.is_dir() and not path.name.endswith(TMP_SUFFIX) and any(
+                (path / name).is_file() for name in (MANIFEST, "agent.safetensors")):
+            try:
+                saved_at = float(json.loads((path / MANIFEST).read_text())["saved_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                saved_at = path.stat().st_mtime  # verification refuses it, saying why
+            found.append((saved_at, path.name, path))
+    return [p for _, _, p in sorted(found)]
+
+
+def _newest_verified(run_dir: Path) -> tuple[Path | None, list[CheckpointError]]:
+    """The newest checkpoint that verifies, and why each newer one did not."""
+    failures = []
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        try:
+            verify_checkpoint(ckpt)
+            return ckpt, failures
+        except CheckpointError as err:
+            failures.append(err)
+    return None, failures
+
+
+def _stderr(message: str) -> None:
+    print(f"robot-rl: warning: {message}", file=sys.stderr, flush=True)
+
+
+def latest_checkpoint(run_dir: Path, log=_stderr) -> Path | None:
+    """The newest checkpoint of a run (or checkpoints) folder that verifies, or None. When
+    newer ones fail verification, ``log`` is told each reason and which one is used instead."""
+    ckpt, failures = _newest_verified(run_dir)
+    _report_fallback(ckpt, failures, log)
+    return ckpt
+
+
+def _report_fallback(ckpt: Path | None, failures: list[CheckpointError], log) -> None:
+    for err in failures:
+        log(f"skipping a checkpoint that does not verify: {err}")
+    if ckpt is not None and failures:
+        log(f"using {ckpt}, the newest checkpoint that verifies")
+
+
+def resolve_checkpoint(path: Path, log=_stderr) -> Path:
+    """A checkpoint folder (verified), or a run folder / checkpoints folder: its newest
+    checkpoint that verifies (saying so when it skipped newer ones)."""
+    path = Path(path)
+    if (path / "agent.safetensors").exists() or (path / MANIFEST).exists() or path.name.endswith(TMP_SUFFIX):
+        verify_checkpoint(path)
+        return path
+    ckpt, failures = _newest_verified(path)
+    if ckpt is None and failures:
+        raise CheckpointError(f"no checkpoint in {checkpoints_root(path)} verifies; the newest: {failures[0]}")
+    if ckpt is None:
+        raise CheckpointError(f"no checkpoint at {path} (expected a checkpoint folder or a run folder with checkpoints)")
+    _report_fallback(ckpt, failures, log)
+    return ckpt
 
 
 def read_state(ckpt: Path) -> dict:
     try:
         return json.loads((Path(ckpt) / "state.json").read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {ckpt} has no readable state.json ({err})") from err
+        raise CheckpointError(f"checkpoint {ckpt} has no readable state.json ({one_line(err)})") from err
 
 
 def load_replay(ckpt: Path) -> MixedReplay:
+    """Both replay buffers of a checkpoint; a damaged file is named in one line."""
+    folder = Path(ckpt) / "replay"
     try:
-        return MixedReplay.load(Path(ckpt) / "replay")
-    except (OSError, ValueError, KeyError) as err:
-        raise CheckpointError(f"replay in {ckpt} is corrupt ({err})") from err
+        demo_fraction = json.loads((folder / "mixed.json").read_text())["demo_fraction"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"replay file {folder / 'mixed.json'} is corrupt ({one_line(err)}); "
+                              "use an earlier checkpoint") from err
+    buffers = []
+    for name in ("online.npz", "demo.npz"):
+        try:
+            buffers.append(ReplayBuffer.load(folder / name))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            raise CheckpointError(f"replay file {folder / name} is corrupt ({one_line(err)}); "
+                                  "use an earlier checkpoint") from err
+    return MixedReplay(*buffers, demo_fraction)

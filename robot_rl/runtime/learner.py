@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -188,6 +189,7 @@ def build_learner(train: dict, agent_config: dict, obs_spec: dict, endpoint: End
     if resume_from:
         agent = load_agent(Path(resume_from) / "agent.safetensors")
         replay = load_replay(Path(resume_from))
+        replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
         agent = SACAgent(SACConfig.from_dict(agent_config))
         spec = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in obs_spec.items()}
@@ -202,6 +204,8 @@ def learner_main(conn, setup_json: str) -> None:
     """Entry point of the learner process (spawned). ``setup_json``: train config, agent
     config, observation spec, run folder and the checkpoint to resume from."""
     setup = json.loads(setup_json)
+    # Ctrl-C reaches the whole process group: the actor handles it (a checkpoint, then stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(setup.get("torch_threads", 1))
     torch.manual_seed(setup["train"]["seed"])
     endpoint = PipeEndpoint(conn, maxsize=4096, latest_only=LATEST_ONLY, name="learner")
@@ -210,7 +214,7 @@ def learner_main(conn, setup_json: str) -> None:
                                 setup.get("resume_from"))
         learner.run()
     except Exception as err:  # report to the actor, which shows it to the user
-        message = str(err) if isinstance(err, NonFiniteLoss) else f"learner failed: {err!r}\n{traceback.format_exc()}"
+        message = str(err) if isinstance(err, UserFacingError) else f"learner failed: {err!r}\n{traceback.format_exc()}"
         endpoint.send("error", meta={"message": message})
         time.sleep(0.5)
     finally:
