@@ -15,6 +15,7 @@ import yaml
 
 from robot_rl.cli import main as cli
 from robot_rl.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
+from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("sim_train", "train", "record_demos", "session")
@@ -176,8 +177,8 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     assert "actor exited (0); stopping the stack" in result.stdout
     store = EpisodeStore.open(run / "online.zarr")
     assert len(store) >= 2 and store.cameras == {"front": (32, 32)}
-    checkpoints = list((run / "checkpoints").iterdir())
-    assert checkpoints and json.loads((checkpoints[-1] / "state.json").read_text())["train_config"]["task"] == "PickCube"
+    ckpt = latest_checkpoint(run)  # the learner's newest checkpoint, verified
+    assert ckpt is not None and read_state(ckpt)["train_config"]["task"] == "PickCube"
 
 
 def test_report_of_a_ros_stack_run(tmp_path):

@@ -8,6 +8,7 @@ import importlib
 BENCHMARKS = {
     "classifier": "robot_rl.bench.classifier",
     "data": "robot_rl.bench.data",
+    "faults": "robot_rl.bench.faults",
     "hil": "robot_rl.bench.hil",
     "learner": "robot_rl.bench.learner",
     "learning": "robot_rl.bench.learning",

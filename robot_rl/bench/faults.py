@@ -1,0 +1,493 @@
+"""``robot-rl bench faults``: what a crash or a corrupt file costs.
+
+Kill loops (SIGKILL at random moments, each process its own):
+
+* ``record``: the scripted expert records into a new store; after each kill every episode the
+  process reported committed must read back bit-identical to an uninterrupted reference run,
+  and the store must open for appending.
+* ``data merge``: killed mid-way, the output is either absent or complete (never a store that
+  looks finished with part of the episodes); the inputs are untouched; a rerun succeeds.
+* ``train`` (PickCube, state, small): killed at a random env step, resumed with ``--resume``;
+  the env steps lost are the steps done before the kill that the newest verified checkpoint
+  does not hold (the actor's progress lines say where it was, to 100 steps: a lower bound by
+  at most 100). The full run keeps train's default checkpoint interval.
+* the ROS learner node (checkpointing every half second): killed at random moments, some of
+  them during a save, then started again; a restart counts as ok when the node comes up from
+  its newest verified checkpoint and publishes weights.
+
+Injected corruptions, each on a fresh copy: an episode store's index (one entry below its
+neighbours, an emptied index chunk), a deleted image shard, garbled image and numeric chunks,
+a garbled array ``zarr.json``; a checkpoint's weights overwritten, a NaN in its weights, a
+truncated replay file, a save cut short (a leftover ``.tmp`` folder). Each counts as detected
+when it gives an error naming the damaged file (or, for a cut-short save, is passed over for
+the newest complete checkpoint).
+
+Figures: ``kills``, ``committed_episodes_lost`` (must be 0), ``partial_outputs`` (must be 0),
+``env_steps_lost_per_crash_median`` / ``_max``, ``corruptions_injected``,
+``corruptions_detected`` (must equal), ``learner_restarts_ok`` (of ``learner_restarts``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+# train: the full run keeps train's default checkpoint interval (2,000 env steps or 5 minutes)
+FULL = {"record_kills": 12, "merge_kills": 8, "train_kills": 6, "learner_kills": 6, "record_episodes": 8,
+        "train_steps": 4000, "checkpoint_every": 2000}
+QUICK = {"record_kills": 3, "merge_kills": 2, "train_kills": 2, "learner_kills": 2, "record_episodes": 4,
+         "train_steps": 1000, "checkpoint_every": 300}
+CLI = [sys.executable, "-m", "robot_rl.cli"]
+
+
+# --------------------------------------------------------------------------- processes
+class Child:
+    """A subprocess whose output lines are collected by a thread; ``wait_for`` blocks until a
+    line matches (an event, not a sleep), ``kill`` is SIGKILL."""
+
+    def __init__(self, args: list[str], env: dict | None = None, cwd: str | None = None):
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, cwd=cwd)
+        self.lines: list[str] = []
+        self._new = threading.Condition()
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            with self._new:
+                self.lines.append(line.rstrip("\n"))
+                self._new.notify_all()
+        with self._new:
+            self._new.notify_all()
+
+    def wait_for(self, predicate, count: int = 1, timeout: float = 300.0) -> bool:
+        """True once ``count`` lines satisfy ``predicate``; False if the process ended first."""
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while sum(1 for line in self.lines if predicate(line)) < count:
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    return False
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.proc.args[3:5]}: no such line after {timeout:.0f} s")
+                self._new.wait(0.5)
+        return True
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._reader.join(10)
+
+    def finish(self, timeout: float = 600.0) -> int:
+        self.proc.wait(timeout)
+        self._reader.join(10)
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def pause(rng: random.Random, most_s: float) -> None:
+    """A random moment to kill at (what the benchmark is about, so a wait on the clock)."""
+    threading.Event().wait(rng.uniform(0.0, most_s))
+
+
+def episodes_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- record
+def record_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log) -> dict:
+    from robot_rl.data.record import record_rollouts
+    from robot_rl.data.store import EpisodeStore
+
+    reference = work / "record-reference.zarr"
+    record_rollouts(reference, "PickCube", episodes, noise=0.1, seed=0)
+    ref = EpisodeStore.open(reference)
+    lost = reported_total = appendable = 0
+    for k in range(n_kills):
+        out = work / f"record-{k}.zarr"
+        child = Child(CLI + ["record", "--task", "PickCube", "--episodes", str(episodes), "--seed", "0",
+                             "--noise", "0.1", "--out", str(out)])
+        committed = lambda line: line.startswith("record: episode")  # noqa: E731
+        child.wait_for(committed, rng.randrange(0, episodes))
+        pause(rng, 0.5)
+        child.kill()
+        reported = [int(line.split()[2]) for line in child.lines if committed(line)]
+        reported_total += len(reported)
+        if not out.exists():
+            lost += len(reported)
+            continue
+        try:
+            store = EpisodeStore.open(out, mode="a")  # repairs a cut-off episode, never a committed one
+            appendable += 1
+            lost += sum(1 for i in reported if i >= len(store) or not episodes_equal(store[i], ref[i]))
+        except Exception as err:  # noqa: BLE001 - a store that does not open has lost what it held
+            log(f"record kill {k}: the store does not open ({err})")
+            lost += len(reported)
+    return {"record_kills": n_kills, "record_episodes_reported": reported_total, "record_episodes_lost": lost,
+            "record_stores_appendable": appendable}
+
+
+# --------------------------------------------------------------------------- merge
+def synthetic_store(path: Path, episodes: int, seed: int, image: int = 32):
+    """A store of random episodes with two small cameras (fast to make, real chunks)."""
+    from robot_rl.data.store import EpisodeStore
+
+    fields = {"state": ((12,), np.float32), "action": ((7,), np.float32), "front": ((image, image, 3), np.uint8),
+              "wrist": ((image, image, 3), np.uint8)}
+    store = EpisodeStore.create(path, fields, task="PickCube", robot="panda", control_hz=10,
+                                cameras={"front": (image, image), "wrist": (image, image)})
+    rng = np.random.default_rng(seed)
+    for _ in range(episodes):
+        n = int(rng.integers(8, 30))
+        store.add_episode({
+            "state": rng.normal(size=(n, 12)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
+            "front": rng.integers(0, 256, (n, image, image, 3), dtype=np.uint8),
+            "wrist": rng.integers(0, 256, (n, image, image, 3), dtype=np.uint8),
+            "reward": rng.normal(size=n).astype(np.float32), "terminated": np.arange(n) == n - 2,
+            "truncated": np.zeros(n, bool), "is_intervention": rng.random(n) < 0.2, "success": rng.random(n) < 0.2,
+            "has_action": np.arange(n) < n - 1, "timestamp": np.arange(n) * 0.1,
+        })
+    return store
+
+
+def merge_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
+    from robot_rl.data.store import EpisodeStore
+
+    inputs = [work / f"merge-in-{i}.zarr" for i in range(3)]
+    for i, path in enumerate(inputs):
+        synthetic_store(path, 40, seed=i)
+    expected = [ep for path in inputs for ep in EpisodeStore.open(path)]
+    t0 = time.monotonic()
+    reference = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(work / "merge-reference.zarr")])
+    if reference.finish() != 0:
+        raise RuntimeError(f"the reference merge failed:\n{reference.output()}")
+    merge_s = time.monotonic() - t0
+    partial = lost = reruns_ok = 0
+    for k in range(n_kills):
+        out = work / f"merge-{k}.zarr"
+        child = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(out)])
+        pause(rng, merge_s)
+        child.kill()
+        if out.exists():
+            try:
+                store = EpisodeStore.open(out)
+                complete = len(store) == len(expected) and all(episodes_equal(store[i], ep)
+                                                               for i, ep in enumerate(expected))
+            except Exception:  # noqa: BLE001
+                complete = False
+            if not complete:
+                partial += 1
+                log(f"merge kill {k}: {out} exists but is not the complete merge")
+        lost += sum(max(0, 40 - len(EpisodeStore.open(path))) for path in inputs)  # inputs are read only
+        rerun = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(out)])
+        if rerun.finish() == 0 and len(EpisodeStore.open(out)) == len(expected):
+            reruns_ok += 1
+        else:
+            log(f"merge kill {k}: the rerun failed: {rerun.output()[-300:]}")
+    return {"merge_kills": n_kills, "merge_partial_outputs": partial, "merge_input_episodes_lost": lost,
+            "merge_reruns_ok": reruns_ok, "merge_s": round(merge_s, 2)}
+
+
+# --------------------------------------------------------------------------- train
+def train_args(run: Path, steps: int, every: int) -> list[str]:
+    return ["train", "--task", "PickCube", "--obs", "state", "--demos", "3", "--steps", str(steps),
+            "--utd", "0.25", "--eval-every", str(steps), "--eval-episodes", "2", "--final-eval-episodes", "2",
+            "--checkpoint-every", str(every), "--learner", "inline", "--run-dir", str(run), "--seed", "0"]
+
+
+def step_of(line: str) -> int | None:
+    """The env step of a progress line ``train: step N/M ...``."""
+    if line.startswith("train: step "):
+        return int(line.split()[2].split("/")[0])
+    return None
+
+
+def train_loop(work: Path, n_kills: int, steps: int, every: int, rng: random.Random, log) -> dict:
+    from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
+
+    lost: list[int] = []
+    resumes_ok = 0
+    for k in range(n_kills):
+        run = work / f"train-{k}"
+        child = Child(CLI + train_args(run, steps, every))
+        # a random progress line past the first checkpoint: the kill lands between checkpoints
+        kill_at = rng.randrange(every + 100, steps - 100, 100)
+        if not child.wait_for(lambda line: (step_of(line) or 0) >= kill_at, timeout=1200):
+            raise RuntimeError(f"train ended before step {kill_at}:\n{child.output()[-2000:]}")
+        pause(rng, 0.2)
+        child.kill()
+        done = max(s for s in map(step_of, child.lines) if s is not None)
+        ckpt = latest_checkpoint(run)
+        kept = read_state(ckpt)["env_steps"] if ckpt is not None else 0
+        lost.append(done - kept)
+        resume = Child(CLI + ["train", "--resume", str(run), "--no-progress"])
+        if resume.finish(1800) == 0:
+            summary = json.loads(resume.lines[-1])
+            resumes_ok += summary["env_steps"] == steps
+        else:
+            log(f"train kill {k}: the resume failed:\n{resume.output()[-1000:]}")
+    return {"train_kills": n_kills, "train_resumes_ok": resumes_ok, "train_env_steps_lost": lost,
+            "env_steps_lost_per_crash_median": float(np.median(lost)) if lost else 0.0,
+            "env_steps_lost_per_crash_max": int(max(lost, default=0))}
+
+
+# --------------------------------------------------------------------------- ROS learner node
+def learner_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
+    try:
+        import rclpy  # noqa: F401
+    except ImportError:
+        log("learner node: ROS 2 (rclpy) is not installed; skipped")
+        return {"learner_restarts": 0, "learner_restarts_ok": 0, "learner_skipped": "no rclpy"}
+    from robot_rl.data.record import record_rollouts
+
+    demos = work / "learner-demos.zarr"
+    record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")
+    run = work / "learner-run"
+    params = {"task": "PickCube", "obs": "state", "cameras": "[]", "run_dir": str(run), "demo_store": str(demos),
+              "pretrain_steps": 20, "critic_warmup_steps": 20, "batch_size": 16, "checkpoint_every_s": 0.5}
+    args = [sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args"]
+    for key, value in params.items():
+        args += ["-p", f"{key}:={value}"]
+    env = {**os.environ, "ROS_DOMAIN_ID": str(150 + os.getpid() % 50), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    up = lambda line: "published; waiting for transitions" in line  # noqa: E731
+    saved = lambda line: "checkpoint " in line and "/checkpoints/" in line  # noqa: E731
+    ok = 0
+    for k in range(n_kills + 1):
+        node = Child(args, env=env)
+        came_up = node.wait_for(up, timeout=300)
+        resumed = k == 0 or any("resumed the agent from" in line for line in node.lines)
+        if k > 0:
+            ok += came_up and resumed
+            if not (came_up and resumed):
+                log(f"learner restart {k}: did not come up from its checkpoint:\n{node.output()[-1500:]}")
+        if k == n_kills or not came_up:
+            node.proc.terminate()
+            node.finish(60)
+            break
+        node.wait_for(saved, count=rng.randrange(1, 4), timeout=120)
+        pause(rng, 0.5)  # some kills land inside a save
+        node.kill()
+    return {"learner_restarts": n_kills, "learner_restarts_ok": ok}
+
+
+# --------------------------------------------------------------------------- corruptions
+def flip_bytes(path: Path, rng: random.Random, count: int = 16) -> None:
+    data = bytearray(path.read_bytes())
+    lo = len(data) // 4
+    for _ in range(count):
+        i = rng.randrange(lo, len(data))
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def store_damage(store: Path, rng: random.Random) -> dict:
+    """name -> (function damaging a copy of the store, the file it damages)."""
+    def index_entry(path: Path) -> Path:
+        import zarr
+
+        ends = zarr.open_array(str(path / "meta/episode_ends"), mode="r+")
+        ends[len(ends) // 2] = 3  # below its neighbours
+        return path / "meta" / "episode_ends"
+
+    def index_chunk(path: Path) -> Path:
+        chunk = next(p for p in (path / "meta/episode_ends").rglob("*") if p.is_file() and p.name != "zarr.json")
+        chunk.write_bytes(b"")
+        return chunk
+
+    def image_shard(path: Path) -> Path:
+        shard = sorted(p for p in (path / "data/front").rglob("*") if p.is_file() and p.name != "zarr.json")[0]
+        shard.unlink()
+        return shard
+
+    def image_chunk(path: Path) -> Path:
+        shard = sorted(p for p in (path / "data/wrist").rglob("*") if p.is_file() and p.name != "zarr.json")[0]
+        flip_bytes(shard, rng)
+        return shard
+
+    def numeric_chunk(path: Path) -> Path:
+        chunk = sorted(p for p in (path / "data/state").rglob("*") if p.is_file() and p.name != "zarr.json")[0]
+        flip_bytes(chunk, rng)
+        return chunk
+
+    def array_metadata(path: Path) -> Path:
+        meta = path / "data/action/zarr.json"
+        meta.write_text(meta.read_text()[: len(meta.read_text()) // 2])
+        return meta
+
+    return {"store_index_entry": index_entry, "store_index_chunk": index_chunk, "store_image_shard_deleted": image_shard,
+            "store_image_chunk_garbled": image_chunk, "store_numeric_chunk_garbled": numeric_chunk,
+            "store_array_metadata_garbled": array_metadata}
+
+
+def store_detects(path: Path, damaged: Path) -> tuple[bool, str]:
+    """Checked as a user would: ``robot-rl data check`` and reading every episode."""
+    from robot_rl.data.check import check_store
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.errors import UserFacingError
+
+    names = (str(damaged), str(damaged.relative_to(path)))
+    try:
+        report = check_store(path)
+        checked = not report["ok"] and any(n in json.dumps(report) for n in names + (str(path),))
+    except UserFacingError as err:
+        checked = any(n in str(err) for n in names + (str(path),))
+    try:
+        store = EpisodeStore.open(path)
+        for i in range(len(store)):
+            store[i]
+        read = f"read all {len(store)} episodes without an error"
+    except UserFacingError as err:
+        read = str(err)
+        checked = checked and ("\n" not in read) and any(n in read for n in names + (str(path),))
+    return checked, read
+
+
+def checkpoint_damage(ckpt_root: Path, rng: random.Random) -> dict:
+    from safetensors.torch import load_file, save_file
+
+    def weights_overwritten(run: Path) -> Path:
+        from safetensors import safe_open
+
+        path = latest_named(run) / "agent.safetensors"
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        tensors = load_file(str(path))
+        for key in tensors:
+            if key.startswith("model.actor"):
+                tensors[key] = tensors[key].clone().fill_(1.0)
+        save_file(tensors, str(path), metadata=meta)
+        return path
+
+    def weights_nan(run: Path) -> Path:
+        from safetensors import safe_open
+
+        from robot_rl.runtime import checkpoint
+
+        ckpt = latest_named(run)
+        path = ckpt / "agent.safetensors"
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        tensors = load_file(str(path))
+        key = next(k for k in tensors if k.startswith("model.") and tensors[k].is_floating_point())
+        tensors[key] = tensors[key].clone()
+        tensors[key].view(-1)[0] = float("nan")
+        save_file(tensors, str(path), metadata=meta)
+        checkpoint.write_manifest(ckpt)  # as a diverged training would have saved it: checksums agree
+        return path
+
+    def replay_truncated(run: Path) -> Path:
+        path = latest_named(run) / "replay" / "online.npz"
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        return path
+
+    return {"checkpoint_weights_overwritten": weights_overwritten, "checkpoint_weights_nan": weights_nan,
+            "checkpoint_replay_truncated": replay_truncated}
+
+
+def latest_named(run: Path) -> Path:
+    root = run / "checkpoints"
+    return root / (root / "latest").read_text().strip()
+
+
+def checkpoint_detects(run: Path, damaged: Path) -> tuple[bool, str]:
+    """Checked as ``eval`` / ``train --resume`` would: verify and load the newest checkpoint."""
+    from robot_rl.runtime.checkpoint import load_agent, load_replay, verify_checkpoint
+    from robot_rl.errors import UserFacingError
+
+    ckpt = latest_named(run)
+    try:
+        verify_checkpoint(ckpt)
+        load_agent(ckpt / "agent.safetensors")
+        load_replay(ckpt)
+        return False, "loaded without an error"
+    except UserFacingError as err:
+        message = str(err)
+        return (str(damaged) in message or str(ckpt) in message) and "\n" not in message, message
+
+
+def corruptions(work: Path, rng: random.Random, log) -> dict:
+    from robot_rl.runtime.checkpoint import latest_checkpoint
+
+    good_store = work / "corrupt-source.zarr"
+    synthetic_store(good_store, 12, seed=7)
+    results: dict[str, bool] = {}
+    for name, damage in store_damage(good_store, rng).items():
+        copy = work / f"{name}.zarr"
+        shutil.copytree(good_store, copy)
+        damaged = damage(copy)
+        results[name], message = store_detects(copy, damaged)
+        log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+
+    good_run = work / "corrupt-train"
+    child = Child(CLI + train_args(good_run, 400, 200))
+    if child.finish(1200) != 0:
+        raise RuntimeError(f"the small training run failed:\n{child.output()[-2000:]}")
+    for name, damage in checkpoint_damage(good_run, rng).items():
+        copy = work / name
+        shutil.copytree(good_run, copy)
+        damaged = damage(copy)
+        results[name], message = checkpoint_detects(copy, damaged)
+        log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+
+    # a save cut short: a complete-looking folder under the temporary name, newer than the rest
+    copy = work / "checkpoint_save_cut_short"
+    shutil.copytree(good_run, copy)
+    newest = latest_named(copy)
+    shutil.copytree(newest, newest.parent / "step_999999999.tmp")
+    (newest.parent / "step_999999999.tmp" / "state.json").unlink()
+    found = latest_checkpoint(copy)
+    results["checkpoint_save_cut_short"] = found is not None and found.name == newest.name
+    log(f"checkpoint_save_cut_short: {'passed over' if results['checkpoint_save_cut_short'] else 'MISSED'} "
+        f"(latest: {found})")
+    return {"corruptions_injected": len(results), "corruptions_detected": sum(results.values()),
+            "corruptions": results}
+
+
+# --------------------------------------------------------------------------- run
+def run(quick: bool = False, log=print) -> dict:
+    cfg = QUICK if quick else FULL
+    rng = random.Random(0)
+    t0 = time.monotonic()
+    figures: dict = {}
+    with tempfile.TemporaryDirectory(prefix="robot-rl-faults-") as tmp:
+        work = Path(tmp)
+        log("faults 1/5: SIGKILL loop on record")
+        figures.update(record_loop(work, cfg["record_kills"], cfg["record_episodes"], rng, log))
+        log("faults 2/5: SIGKILL loop on data merge")
+        figures.update(merge_loop(work, cfg["merge_kills"], rng, log))
+        log("faults 3/5: SIGKILL loop on train (PickCube, state)")
+        figures.update(train_loop(work, cfg["train_kills"], cfg["train_steps"], cfg["checkpoint_every"], rng, log))
+        log("faults 4/5: SIGKILL loop on the ROS learner node")
+        figures.update(learner_loop(work, cfg["learner_kills"], rng, log))
+        log("faults 5/5: injected corruptions")
+        figures.update(corruptions(work, rng, log))
+    kills = figures["record_kills"] + figures["merge_kills"] + figures["train_kills"] + figures["learner_restarts"]
+    summary = {
+        "kills": kills,
+        "committed_episodes_lost": figures["record_episodes_lost"] + figures["merge_input_episodes_lost"],
+        "partial_outputs": figures["merge_partial_outputs"],
+        "env_steps_lost_per_crash_median": figures["env_steps_lost_per_crash_median"],
+        "env_steps_lost_per_crash_max": figures["env_steps_lost_per_crash_max"],
+        "checkpoint_every_env_steps": cfg["checkpoint_every"],
+        "corruptions_injected": figures["corruptions_injected"],
+        "corruptions_detected": figures["corruptions_detected"],
+        "learner_restarts_ok": figures["learner_restarts_ok"],
+    }
+    return {**summary, **{k: v for k, v in figures.items() if k not in summary}, "wall_s": round(time.monotonic() - t0, 1)}
