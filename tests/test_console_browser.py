@@ -3,10 +3,10 @@ against a running sim stack over real ROS 2: arm, camera, recorder, actor (the p
 still; only the human moves the arm) and the teleop node serving the console.
 
 The browser opens the address with the token that the teleop node printed on its standard
-output, as the operator does. The test watches the camera view change while the operator drives with the keyboard, presses
-every button, and asserts what arrived: intervention flags and the operator's outcomes in the
-actor and in the recorded episodes, the re-recorded episode dropped, pause and resume. The
-screenshots land in test-artifacts/console/.
+output, as the operator does. The test watches the camera view change while the operator
+drives with the keyboard, presses every button, and asserts what arrived: intervention flags
+and the operator's outcomes in the actor and in the recorded episodes, the re-recorded episode
+dropped, pause and resume. The screenshots land in test-artifacts/console/.
 """
 
 from __future__ import annotations
