@@ -12,6 +12,10 @@ stands between every command and that backend.
                      pose where the silence began;
                    - e-stop: latches on a stop request; the arm holds until ``release()``;
                      commands received meanwhile are ignored (counted);
+                   - operator required (``operator_timeout_s``): without an operator's
+                     heartbeat for that long (the teleop node died or hangs; or none yet)
+                     the arm holds like an e-stop and ignores commands (counted) until the
+                     heartbeat is back; then it holds until the next command;
                    - teleop first: while the operator intervenes (and their action is no
                      older than the watchdog allows), their action is executed, whatever the
                      policy commands (twist_mux's priority rule): an operator's input reaches
@@ -51,8 +55,14 @@ class Hold:
 class ArmSupervisor:
     """Turns the latest commands into the action to execute this control period."""
 
-    def __init__(self, limits: ControlLimits, box: SafetyBox, watchdog_periods: float = 2.0, clock=time.monotonic):
+    def __init__(self, limits: ControlLimits, box: SafetyBox, watchdog_periods: float = 2.0, clock=time.monotonic,
+                 operator_timeout_s: float | None = None):
         self.limits, self.box, self.clock = limits, box, clock
+        if operator_timeout_s is not None and not operator_timeout_s > 0:
+            raise ValueError(f"operator_timeout_s must be > 0, got {operator_timeout_s}")
+        self.operator_timeout_s = operator_timeout_s  # None: no operator required
+        self._operator_seen = -np.inf
+        self._operator_was_present = operator_timeout_s is None
         self.watchdog_s = watchdog_periods / limits.control_hz
         self._delta: np.ndarray | None = None  # [6] in contract units, from a velocity command
         self._target: tuple[np.ndarray, np.ndarray] | None = None  # (pos, rotation matrix)
@@ -60,11 +70,12 @@ class ArmSupervisor:
         self._last_command = -np.inf
         self.estopped = False
         self._hold: Hold | None = None
-        self.mode = "idle"  # idle (never commanded) | velocity | pose | teleop | watchdog | estop
+        self.mode = "idle"  # idle (never commanded) | velocity | pose | teleop | watchdog | estop | operator_lost
         self._teleop: np.ndarray | None = None  # the operator's contract action [7]
         self._teleop_time = -np.inf
         self.teleop_intervening = False
-        self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0}
+        self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0,
+                       "ignored_operator_lost": 0, "operator_losses": 0}
 
     # ---- commands ----------------------------------------------------------------------
     def command_velocity(self, delta: np.ndarray) -> None:
@@ -100,6 +111,29 @@ class ArmSupervisor:
     def set_intervening(self, intervening: bool) -> None:
         self.teleop_intervening = bool(intervening)
 
+    def operator_heartbeat(self) -> None:
+        """The operator's teleop node is alive (its heartbeat arrived)."""
+        self._operator_seen = self.clock()
+
+    @property
+    def operator_present(self) -> bool:
+        """True when no operator is required, or their heartbeat is no older than the timeout."""
+        return self.operator_timeout_s is None or self.clock() - self._operator_seen <= self.operator_timeout_s
+
+    def _check_operator(self) -> bool:
+        """Whether the operator is present; on a change, forget every command (a lost operator's
+        last intervention, or the policy's commands from before the loss, never resume)."""
+        present = self.operator_present
+        if present != self._operator_was_present:
+            self._operator_was_present = present
+            self._delta = self._target = None
+            self._gripper = GripperCommand.STAY
+            self._last_command = -np.inf
+            self._teleop, self._teleop_time, self.teleop_intervening = None, -np.inf, False
+            if not present:
+                self.counts["operator_losses"] += 1
+        return present
+
     @property
     def teleop_live(self) -> bool:
         return (self.teleop_intervening and self._teleop is not None
@@ -108,7 +142,11 @@ class ArmSupervisor:
     def _ignored(self) -> bool:
         if self.estopped:
             self.counts["ignored_estopped"] += 1
-        return self.estopped
+            return True
+        if not self._check_operator():
+            self.counts["ignored_operator_lost"] += 1
+            return True
+        return False
 
     def _fresh(self) -> None:
         self._last_command = self.clock()
@@ -136,18 +174,22 @@ class ArmSupervisor:
     def action(self, state: np.ndarray) -> np.ndarray:
         pos = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
         rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]].astype(np.float64))
-        if not self.estopped and self.teleop_live:
+        lost = not self._check_operator()
+        if not self.estopped and not lost and self.teleop_live:
             self.mode, self._hold = "teleop", None
             action = self._teleop.copy()
             action[6] = float(gripper_command(float(action[6])))
             return self._clip_workspace(pos, action)
         stale = self.clock() - self._last_command > self.watchdog_s
-        if self.estopped or stale:
+        if self.estopped or lost or stale:
             if self._hold is None:
                 self._hold = Hold(pos.copy(), rot.copy())
-                if not self.estopped and self.mode in ("velocity", "pose"):
+                if not self.estopped and not lost and self.mode in ("velocity", "pose"):
                     self.counts["watchdog_holds"] += 1
-            self.mode = "estop" if self.estopped else ("watchdog" if self.mode != "idle" else "idle")
+            if self.estopped or lost:
+                self.mode = "estop" if self.estopped else "operator_lost"
+            else:
+                self.mode = "watchdog" if self.mode != "idle" else "idle"
             return self._towards(pos, rot, self._hold.position, self._hold.rotation, GripperCommand.STAY)
         if self._target is not None:
             self.mode = "pose"

@@ -6,6 +6,12 @@ Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box,
 latched e-stop, the operator's teleop action first while they intervene); malformed commands
 are dropped and counted, never fatal. Each tick also reports the action it executed and
 whether the operator's it was (``arm/applied_action``), stamped like the state it led to.
+
+``require_operator`` (the stacks with a human in the loop): while the teleop node's heartbeat
+(``teleop/heartbeat``) is missing for ``operator_timeout_s`` - not started yet, died, hung - the
+arm holds its pose like an e-stop, ignores commands and refuses ``arm/reset`` (its message starts
+with "no operator"); ``arm/status`` says ``mode: operator_lost``. When the heartbeat is back it
+takes commands again.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64MultiArray, String
+from std_msgs.msg import Bool, Empty, Float32, Float32MultiArray, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
@@ -37,6 +43,8 @@ class ArmNodeConfig:
     watchdog_periods: float = 2.0
     frame_id: str = "base"
     publish_scene: bool = True  # sim: the scene state the sim cameras render
+    require_operator: bool = False  # hold while the teleop node's heartbeat is missing (see the module's doc)
+    operator_timeout_s: float = 0.5
 
 
 def make_backend(cfg: ArmNodeConfig):
@@ -52,7 +60,8 @@ class ArmNode(Node):
         self.limits = ControlLimits(control_hz=cfg.control_hz)
         self.backend = make_backend(cfg)
         self.backend.reset()
-        self.supervisor = ArmSupervisor(self.limits, self.backend.safety_box, cfg.watchdog_periods)
+        self.supervisor = ArmSupervisor(self.limits, self.backend.safety_box, cfg.watchdog_periods,
+                                        operator_timeout_s=cfg.operator_timeout_s if cfg.require_operator else None)
         self.drops = msgs.DropCounter(self.get_logger().warning)
         q = topics.qos_sensor()
         self.pub_joints = self.create_publisher(JointState, topics.JOINT_STATES, q)
@@ -71,6 +80,8 @@ class ArmNode(Node):
         self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.on_teleop_action, topics.qos_sensor())
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, lambda m: self.supervisor.set_intervening(m.data), 10)
+        self.create_subscription(Empty, topics.TELEOP_HEARTBEAT, lambda m: self.supervisor.operator_heartbeat(),
+                                 topics.qos_sensor())
         self.pub_applied = self.create_publisher(Float64MultiArray, topics.APPLIED_ACTION, q)
         self.applied: tuple[np.ndarray, bool] | None = None
         self.create_service(Trigger, topics.RESET, self.on_reset)
@@ -80,7 +91,9 @@ class ArmNode(Node):
         self.timer = self.create_timer(1.0 / cfg.control_hz, self.tick)
         self.publish_state()
         self.get_logger().info(f"arm ({cfg.backend}, {cfg.task}) at {cfg.control_hz:g} Hz; watchdog "
-                               f"{cfg.watchdog_periods:g} periods")
+                               f"{cfg.watchdog_periods:g} periods" + (f"; holds without the operator's heartbeat "
+                                                                      f"({cfg.operator_timeout_s:g} s)"
+                                                                      if cfg.require_operator else ""))
 
     # ---- commands ------------------------------------------------------------------
     def on_velocity(self, msg):
@@ -126,6 +139,10 @@ class ArmNode(Node):
         if self.supervisor.estopped:
             response.success, response.message = False, "e-stop is latched: release it first"
             return response
+        if not self.supervisor.operator_present:
+            response.success = False
+            response.message = f"{topics.RESET_REFUSED_NO_OPERATOR}: the teleop node's heartbeat is missing"
+            return response
         self.backend.reset()
         self.supervisor.reset()
         self.publish_state()
@@ -140,9 +157,14 @@ class ArmNode(Node):
         self.ticks += 1
         self.publish_state()
         if self.supervisor.mode != self.last_mode or self.ticks % int(self.cfg.control_hz) == 0:
-            if self.supervisor.mode == "watchdog" and self.last_mode != "watchdog":
+            if self.supervisor.mode == "watchdog" and self.last_mode not in ("watchdog", "operator_lost"):
                 self.get_logger().warning("no command for "
                                           f"{self.cfg.watchdog_periods:g} control periods: holding position")
+            if self.supervisor.mode == "operator_lost" and self.last_mode != "operator_lost":
+                self.get_logger().error("no heartbeat from the operator's teleop node: holding position and "
+                                        "ignoring commands until it is back")
+            elif self.last_mode == "operator_lost" and self.supervisor.mode != "operator_lost":
+                self.get_logger().warning("the operator's teleop node is back: taking commands again")
             self.last_mode = self.supervisor.mode
             self.publish_status()
 
@@ -173,6 +195,8 @@ class ArmNode(Node):
     def publish_status(self):
         s = self.supervisor
         self.pub_status.publish(String(data=status_json(mode=s.mode, estopped=s.estopped, ticks=self.ticks,
+                                                        operator_required=self.cfg.require_operator,
+                                                        operator_present=s.operator_present,
                                                         counts=s.counts, dropped=self.drops.counts)))
 
     def close(self):

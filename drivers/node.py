@@ -24,6 +24,12 @@ def declare_config(node, config_cls):
                                float: ParameterType.PARAMETER_DOUBLE_ARRAY}[kind]
             value = node.declare_parameter(f.name, list(default), descriptor).value
             value = tuple(value) if value is not None else ()
+        elif isinstance(default, float):  # a launch file's "0" arrives as an integer: take it as 0.0
+            value = node.declare_parameter(f.name, default, ParameterDescriptor(dynamic_typing=True)).value
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            elif not isinstance(value, float):
+                raise ValueError(f"parameter {f.name} is a number, got {value!r}")
         else:
             value = node.declare_parameter(f.name, "" if default is None else default).value
             if default is None and value == "":

@@ -251,15 +251,25 @@ class RosArmEnv(gym.Env):
         super().reset(seed=seed)
         while not self.reset_client.wait_for_service(timeout_sec=1.0):
             self.log("waiting for the arm's reset service")
-        future = self.reset_client.call_async(self.trigger.Request())
-        end = time.monotonic() + 10.0
-        while not future.done():
-            if time.monotonic() > end:
-                raise StaleObservation("the arm did not answer its reset service within 10 s")
-            time.sleep(0.005)
-        result = future.result()
-        if not result.success:
-            raise StaleObservation(f"the arm refused to reset: {result.message}")
+        waiting_for_operator = False
+        while True:
+            future = self.reset_client.call_async(self.trigger.Request())
+            end = time.monotonic() + 10.0
+            while not future.done():
+                if time.monotonic() > end:
+                    raise StaleObservation("the arm did not answer its reset service within 10 s")
+                time.sleep(0.005)
+            result = future.result()
+            if result.success:
+                break
+            if not result.message.startswith(topics.RESET_REFUSED_NO_OPERATOR):
+                raise StaleObservation(f"the arm refused to reset: {result.message}")
+            if not waiting_for_operator:  # no episode starts without the operator: wait for them
+                self.log(f"the arm holds ({result.message}): waiting for the operator before the next episode")
+                waiting_for_operator = True
+            if not self.node.context.ok():
+                raise StaleObservation("shut down while waiting for the operator")
+            time.sleep(0.1)
         self._last_stamp = time.time_ns() - TOLERANCE_NS  # a state from after the reset
         self._steps = 0
         obs = self._wait_observation()

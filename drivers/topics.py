@@ -16,6 +16,7 @@ POSE_COMMAND = "arm/command/pose"  # geometry_msgs/PoseStamped target
 GRIPPER_COMMAND = "arm/command/gripper"  # std_msgs/Float32: > 0.5 close, < -0.5 open
 ESTOP = "arm/estop"  # std_msgs/Bool: True latches the e-stop
 RESET = "arm/reset"  # std_srvs/Trigger: new episode (sim: new scene), arm to home
+RESET_REFUSED_NO_OPERATOR = "no operator"  # how a refused reset's message starts while the operator is lost
 RELEASE_ESTOP = "arm/release_estop"  # std_srvs/Trigger
 # sim twin only
 SIM_SCENE = "sim/scene"  # std_msgs/Float64MultiArray: the scene state sim cameras render
@@ -36,6 +37,7 @@ TELEOP_ACTION = "teleop/action"  # std_msgs/Float32MultiArray: the contract acti
 TELEOP_INTERVENING = "teleop/intervening"  # std_msgs/Bool: the human holds the controls
 TELEOP_EVENTS = "teleop/events"  # std_msgs/String: one of TELEOP_EVENT_NAMES
 TELEOP_EVENT_NAMES = ("success", "failure", "reset", "rerecord", "pause", "resume")
+TELEOP_HEARTBEAT = "teleop/heartbeat"  # std_msgs/Empty each teleop tick: the operator's path is alive
 APPLIED_ACTION = "arm/applied_action"  # Float64MultiArray [stamp_s, action 7, by_operator 0/1] per tick
 ACTOR_STATUS = "actor/status"  # std_msgs/String JSON, latched: counts, the last episode, weights version
 ACTOR_STEP = "actor/step"  # std_msgs/String JSON per control step: step, reward, confidence, intervening

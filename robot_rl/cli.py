@@ -208,25 +208,31 @@ def _cmd_launch(args) -> int:
 
 
 def _cmd_session(args) -> int:
-    """The session stack with the command line's choices as stack arguments."""
+    """The session stack with the command line's choices as stack arguments. The console's
+    token reaches the teleop node through its environment only (never a ROS parameter): the
+    given one (--console-token or ROBOT_RL_CONSOLE_TOKEN; required off loopback) or a new one,
+    the same across the teleop node's restarts."""
+    import os
+
     from robot_rl.launcher import launch
     from robot_rl.sim import get_task
 
     get_task(args.task)
     if not 0.0 <= args.simulated_human <= 1.0:
         raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
-    from robot_rl.teleop.console import is_loopback, new_token
+    from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, console_token
 
-    token = args.console_token or ("" if is_loopback(args.console_host) else new_token())
+    given = args.console_token or os.environ.get(CONSOLE_TOKEN_ENV, "")
+    token = console_token(args.console_host, {CONSOLE_TOKEN_ENV: given})
     run_dir = args.run_dir or f"runs/session-{args.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
     values = {"task": args.task, "policy": args.policy, "obs": args.obs, "devices": f"[{','.join(args.devices)}]",
               "mode": args.mode, "simulated_human": args.simulated_human, "console_host": args.console_host,
-              "console_port": args.console_port, "console_token": token, "run_dir": run_dir,
+              "console_port": args.console_port, "run_dir": run_dir,
               "demo_store": args.demos or "", "env_steps": args.steps, "seed": args.seed}
-    query = f"?token={token}" if token else ""
-    print(f"session: recording to {run_dir}/session.zarr; console on "
-          f"http://{args.console_host}:{args.console_port}/{query}")
-    return launch("session", [f"{k}:={v}" for k, v in values.items()])
+    host = f"[{args.console_host}]" if ":" in args.console_host else args.console_host
+    print(f"session: recording to {run_dir}/session.zarr; console on "  # the operator's terminal only
+          f"http://{host}:{args.console_port}/?token={token}", flush=True)
+    return launch("session", [f"{k}:={v}" for k, v in values.items()], env={**os.environ, CONSOLE_TOKEN_ENV: token})
 
 
 def _cmd_eval(args) -> int:
@@ -419,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add a simulated human (scripted expert) that takes over when the policy stalls")
     ses.add_argument("--console-host", default="127.0.0.1", help="another address than loopback needs --console-token")
     ses.add_argument("--console-port", type=int, default=8080)
-    ses.add_argument("--console-token")
+    ses.add_argument("--console-token", help="the console's token (at least 16 characters; default: "
+                                             "ROBOT_RL_CONSOLE_TOKEN, else a new one on loopback)")
     ses.add_argument("--demos", metavar="STORE", help="demonstrations to start from (an episode store)")
     ses.add_argument("--steps", type=int, default=0, help="stop after this many env steps (0: until Ctrl-C)")
     ses.add_argument("--seed", type=int, default=0)

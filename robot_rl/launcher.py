@@ -4,8 +4,11 @@ same nodes from the same file (``robot_rl.drivers.launch_description``), so the 
 
 Each node runs as ``python -m robot_rl.<package>.<executable> --ros-args -r __node:=<name>
 --params-file <run>/<name>.params.yaml [-r from:=to ...]``, its output prefixed with its name.
-A ``required`` node's exit ends the stack; a ``respawn`` node is restarted when it dies; Ctrl-C
-or SIGTERM stops every node (SIGTERM, then SIGKILL after a grace period).
+A ``required`` node's exit ends the stack; a ``respawn`` node is restarted when it dies, unless
+it exits with status 2 (a configuration error: restarting would not fix it), which ends the
+stack with that status; Ctrl-C or SIGTERM stops every node (SIGTERM, then SIGKILL after a grace
+period). The operator console's token (``ROBOT_RL_CONSOLE_TOKEN``) reaches the teleop node's
+environment only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from robot_rl.errors import UserFacingError
 EXECUTABLES = {name: f"robot_rl.drivers.{name}" for name in ("arm_node", "camera_node", "actor_node", "learner_node",
                                                              "recorder_node")}
 EXECUTABLES["teleop_node"] = "robot_rl.teleop.teleop_node"
+CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"  # robot_rl.teleop.console reads it (kept ROS-free, no import)
+USER_ERROR_EXIT = 2  # what a node exits with on a configuration error (one line said why)
 
 
 class LaunchError(UserFacingError):
@@ -137,6 +142,15 @@ def node_command(node: NodeSpec, params_file: Path) -> list[str]:
     return cmd
 
 
+def node_environment(node: NodeSpec, env: dict | None) -> dict:
+    """The environment a node runs in: the stack's, without the console token unless it is the
+    teleop node (which serves the console)."""
+    env = dict(os.environ if env is None else env)
+    if node.executable != "teleop_node":
+        env.pop(CONSOLE_TOKEN_ENV, None)
+    return env
+
+
 def write_params(node: NodeSpec, folder: Path) -> Path:
     path = folder / f"{node.name}.params.yaml"
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": node.parameters}}, sort_keys=True))
@@ -156,7 +170,7 @@ class Supervisor:
 
     def start(self, node: NodeSpec) -> None:
         proc = subprocess.Popen(node_command(node, write_params(node, self.folder)), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1, env=self.env)
+                                stderr=subprocess.STDOUT, text=True, bufsize=1, env=node_environment(node, self.env))
         self.procs[node.name] = proc
         threading.Thread(target=self._pump, args=(node.name, proc), daemon=True).start()
         self.log(f"[launch] started {node.name} (pid {proc.pid})")
@@ -178,6 +192,10 @@ class Supervisor:
                         continue
                     if node.required:
                         self.log(f"[launch] {node.name} exited ({rc}); stopping the stack")
+                        return rc
+                    if node.respawn and rc == USER_ERROR_EXIT:
+                        self.log(f"[launch] {node.name} exited with a configuration error ({rc}); restarting it "
+                                 "would not help: stopping the stack")
                         return rc
                     if node.respawn:
                         self.restarts[node.name] += 1
@@ -206,9 +224,10 @@ class Supervisor:
                 proc.wait(5)
 
 
-def launch(stack: str, overrides: list[str], log=print) -> int:
+def launch(stack: str, overrides: list[str], log=print, env: dict | None = None) -> int:
+    """Run a stack until its required node exits; ``env``: the nodes' environment (default: ours)."""
     nodes = resolve(stack, parse_overrides(overrides))
-    supervisor = Supervisor(nodes, log=log)
+    supervisor = Supervisor(nodes, log=log, env=env)
     previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
     try:
         return supervisor.run()

@@ -6,9 +6,22 @@ re-record, and charts of success rate, intervention rate and episode return. The
 ``/api/state`` and the camera JPEGs; buttons POST to ``/api/...``. Everything the page needs
 is in this file: nothing is loaded from the internet.
 
-Binding: 127.0.0.1 by default. Bound to any other address the console refuses to start
-without a token, and every request must carry it (``?token=``, an ``X-Console-Token`` header
-or the cookie the page sets), else 401.
+The console moves a robot, so every request passes :class:`ConsoleGuard` (a plain ASGI
+middleware in front of the app), in this order:
+
+1. ``Host`` must name this console: 127.0.0.1, localhost, [::1] or the bound address (bound
+   elsewhere than loopback also the address the request arrived on and the machine's host
+   name), with the console's port; else 400 (a DNS-rebinding page names its own host).
+2. POST (any method but GET/HEAD/OPTIONS): an ``Origin`` header, when there is one, must be
+   the console's own (``http://`` + that Host), and ``Sec-Fetch-Site`` must not say
+   cross-site; else 403. Browsers send ``Origin`` on every POST; a client without one
+   (curl) passes this step and still needs the token.
+3. The token: every request carries it (``?token=``, an ``X-Console-Token`` header, or the
+   cookie the page's own response sets: HttpOnly, SameSite=Strict); else 401. It is a random
+   token per start on loopback too, or ``ROBOT_RL_CONSOLE_TOKEN`` from the environment
+   (required when bound elsewhere than loopback). It is never a ROS parameter nor logged.
+4. Bodies: at most ``MAX_BODY_BYTES``; a larger ``Content-Length``, or a streamed body that
+   grows past it, gets 413 and is not read further.
 
 The backend (``ConsoleBackend``) is whatever holds the live state: the teleop node over ROS 2,
 or an in-process session.
@@ -18,14 +31,31 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
+import os
 import secrets
+import socket
 import threading
+from http.cookies import CookieError, SimpleCookie
 from typing import Protocol
+from urllib.parse import parse_qs
 
 from robot_rl.drivers.topics import TELEOP_EVENT_NAMES as BUTTON_EVENTS  # ROS-free names
 from robot_rl.errors import UserFacingError
 
 INTERVENE = ("hold", "release", "toggle")
+CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"
+MIN_TOKEN_CHARS = 16
+MAX_BODY_BYTES = 16 * 1024  # the largest request the page sends (held keys) is a few hundred bytes
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+    (b"content-security-policy", b"default-src 'self'; script-src 'self' 'unsafe-inline'; "
+                                 b"style-src 'self' 'unsafe-inline'; img-src 'self'; frame-ancestors 'none'"),
+]
 
 
 class ConsoleError(UserFacingError):
@@ -48,28 +78,156 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
 
-def create_app(backend: ConsoleBackend, token: str | None = None):
-    from fastapi import Body, FastAPI, HTTPException, Request, Response
-    from fastapi.responses import HTMLResponse, JSONResponse
+def new_token() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def console_token(host: str, environ=None) -> str:
+    """The console's token: ``ROBOT_RL_CONSOLE_TOKEN`` when set, else, on loopback only, a new
+    random one (printed with the console's address on the operator's terminal)."""
+    environ = os.environ if environ is None else environ
+    given = environ.get(CONSOLE_TOKEN_ENV, "").strip()
+    if given:
+        if len(given) < MIN_TOKEN_CHARS:
+            raise ConsoleError(f"{CONSOLE_TOKEN_ENV} is {len(given)} characters: give at least {MIN_TOKEN_CHARS} "
+                               "(python -c 'import secrets; print(secrets.token_urlsafe(16))')")
+        return given
+    if not is_loopback(host):
+        raise ConsoleError(f"the console is bound to {host}, not loopback: set {CONSOLE_TOKEN_ENV} (robot-rl session "
+                           "--console-token) so that only the operator can drive the robot")
+    return new_token()
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class ConsoleGuard:
+    """Host, Origin, token and body-size checks in front of an ASGI app (see the module's doc)."""
+
+    def __init__(self, app, token: str, bound_host: str = "127.0.0.1", max_body_bytes: int = MAX_BODY_BYTES):
+        if not token:
+            raise ConsoleError("the console needs a token")
+        self.app, self.token, self.max_body_bytes = app, token.encode(), max_body_bytes
+        self.bound_host = bound_host
+        names = {"127.0.0.1", "localhost", "[::1]", _bracketed(bound_host).lower()}
+        if not is_loopback(bound_host):
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        self.names = names
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers: dict[str, list[str]] = {}
+        for key, value in scope["headers"]:
+            headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        host = self._host(scope, headers)
+        if host is None:
+            return await _respond(send, 400, "this console answers only to its own address (Host header)")
+        if scope["method"] not in SAFE_METHODS and not self._same_origin(headers, host):
+            return await _respond(send, 403, "cross-origin request refused: only the console's own page may "
+                                             "send commands")
+        if not self._token_given(scope, headers):
+            return await _respond(send, 401, "this console needs its token: open the address the teleop node "
+                                             "printed (.../?token=...)")
+        length = headers.get("content-length", ["0"])
+        if len(length) != 1 or not length[0].isdigit():
+            return await _respond(send, 400, "bad Content-Length")
+        if int(length[0]) > self.max_body_bytes:
+            return await _respond(send, 413, f"request body over {self.max_body_bytes} bytes", close=True)
+        body = await self._read_body(receive)
+        if body is None:  # too large (413) or the client went away
+            return await _respond(send, 413, f"request body over {self.max_body_bytes} bytes", close=True)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        cookie = self._cookie_header(scope) if scope["path"] == "/" else None
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                extra = list(SECURITY_HEADERS) + ([cookie] if cookie and message["status"] == 200 else [])
+                message = {**message, "headers": list(message.get("headers", [])) + extra}
+            await send(message)
+
+        await self.app(scope, replay, send_with_headers)
+
+    def _host(self, scope, headers) -> str | None:
+        """The request's Host when it names this console, else None."""
+        values = headers.get("host", [])
+        server = scope.get("server")
+        if len(values) != 1 or not server:
+            return None
+        host, port = values[0].lower(), server[1]
+        names = self.names | ({_bracketed(str(server[0])).lower()} if not is_loopback(self.bound_host) else set())
+        allowed = {f"{name}:{port}" for name in names} | (names if port == 80 else set())
+        return host if host in allowed else None
+
+    def _same_origin(self, headers, host: str) -> bool:
+        origins = headers.get("origin", [])
+        if len(origins) > 1 or (origins and origins[0].lower() != f"http://{host}"):
+            return False
+        return headers.get("sec-fetch-site", ["same-origin"])[0].lower() in ("same-origin", "none")
+
+    def _cookie_name(self, scope) -> str:
+        return f"robot_rl_console_{scope['server'][1]}"  # cookies ignore ports: one name per console
+
+    def _token_given(self, scope, headers) -> bool:
+        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [])
+        given += headers.get("x-console-token", [])
+        for raw in headers.get("cookie", []):
+            try:
+                morsel = SimpleCookie(raw).get(self._cookie_name(scope))
+            except CookieError:
+                continue
+            if morsel is not None:
+                given.append(morsel.value)
+        return any(hmac.compare_digest(g.encode(), self.token) for g in given)
+
+    def _cookie_header(self, scope) -> tuple[bytes, bytes]:
+        value = f"{self._cookie_name(scope)}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/"
+        return b"set-cookie", value.encode()
+
+    async def _read_body(self, receive) -> bytes | None:
+        """The whole body, or None as soon as it grows past the cap (the rest is never read)."""
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+
+async def _respond(send, status: int, detail: str, close: bool = False) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               *SECURITY_HEADERS] + ([(b"connection", b"close")] if close else [])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(backend: ConsoleBackend, token: str, host: str = "127.0.0.1", max_body_bytes: int = MAX_BODY_BYTES):
+    """The console's ASGI app behind its guard; ``host`` is the address it is bound to."""
+    from fastapi import Body, FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse, Response
 
     app = FastAPI(title="robot_rl operator console", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.middleware("http")
-    async def require_token(request: Request, call_next):
-        if token is not None:
-            given = (request.query_params.get("token") or request.headers.get("x-console-token")
-                     or request.cookies.get("console_token") or "")
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return JSONResponse({"detail": "this console needs its token (?token=...)"}, status_code=401)
-        response = await call_next(request)
-        if token is not None and request.url.path == "/":
-            response.set_cookie("console_token", token, httponly=True, samesite="strict")
-        return response
 
     @app.get("/", response_class=HTMLResponse)
     def page():
@@ -84,7 +242,7 @@ def create_app(backend: ConsoleBackend, token: str | None = None):
         jpeg = backend.camera_jpeg(name)
         if jpeg is None:
             raise HTTPException(404, f"no frame from camera {name!r} yet")
-        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+        return Response(jpeg, media_type="image/jpeg")
 
     @app.post("/api/event/{name}")
     def event(name: str):
@@ -108,21 +266,20 @@ def create_app(backend: ConsoleBackend, token: str | None = None):
         backend.set_keys(held)
         return {"ok": True}
 
-    return app
+    return ConsoleGuard(app, token, host, max_body_bytes)
 
 
 class ConsoleServer:
-    """uvicorn in a background thread; ``url`` once started (port 0 picks a free one)."""
+    """uvicorn in a background thread; ``url`` (with the token) once started (port 0 picks a
+    free one). ``token=None``: a new random one on loopback; elsewhere it must be given."""
 
     def __init__(self, backend: ConsoleBackend, host: str = "127.0.0.1", port: int = 8080, token: str | None = None):
-        if not is_loopback(host) and not token:
-            raise ConsoleError(f"the console is bound to {host}, not loopback: give it a token (console_token) so "
-                               "that only the operator can drive the robot")
+        token = token or console_token(host, environ={})
         import uvicorn
 
         self.host, self.token = host, token
-        config = uvicorn.Config(create_app(backend, token), host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off")
+        config = uvicorn.Config(create_app(backend, token, host), host=host, port=port, log_level="warning",
+                                access_log=False, lifespan="off", server_header=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="console")
 
@@ -133,24 +290,25 @@ class ConsoleServer:
         deadline = time.monotonic() + timeout_s
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
-                raise ConsoleError(f"the console did not start on {self.host} (port taken?)")
+                raise ConsoleError(f"the console did not start on {self.host}:{self.server.config.port} (port taken? "
+                                   "choose another with console_port)")
             time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.port = port
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self.url
 
     @property
+    def address(self) -> str:
+        """Where it serves, without the token: safe to log."""
+        return f"http://{_bracketed(self.host)}:{self.port}/"
+
+    @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+        """The operator's address, token included: print it on their terminal only, never log it."""
+        return f"{self.address}?token={self.token}"
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=5)
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(16)
 
 
 PAGE = """<!doctype html>
@@ -194,6 +352,7 @@ x, <kbd>A</kbd>/<kbd>D</kbd> y, <kbd>R</kbd>/<kbd>F</kbd> z, <kbd>Q</kbd>/<kbd>E
 </aside></main>
 <script>
 const token = new URLSearchParams(location.search).get("token");
+if (token) history.replaceState(null, "", location.pathname);  // off the address bar; the cookie serves a reload
 const headers = token ? {"X-Console-Token": token} : {};
 const q = token ? "?token=" + encodeURIComponent(token) + "&" : "?";
 let state = {}, held = new Set(), paused = false;
@@ -251,7 +410,10 @@ function cams(names){
 }
 async function poll(){
   try {
-    const r = await fetch("/api/state", {headers}); state = await r.json();
+    const r = await fetch("/api/state", {headers});
+    if (r.status === 401) { document.getElementById("link").textContent =
+      "token refused: open the address the teleop node printed"; setTimeout(poll, 1000); return; }
+    state = await r.json();
     document.getElementById("link").textContent = state.linked ? "stack live" : "waiting for the stack";
     document.getElementById("task").textContent = state.task || "";
     const iv = document.getElementById("intervening");

@@ -7,17 +7,24 @@ and in sim optionally a simulated human (``simulated_human`` > 0: its eagerness)
 
 - ``teleop/intervening`` (Bool) and, while intervening, ``teleop/action`` (the contract action):
   the arm executes the operator's action first (drivers/arm.py), the actor stores and flags it;
-- ``teleop/events`` (String): success, failure, reset, rerecord, pause, resume.
+- ``teleop/events`` (String): success, failure, reset, rerecord, pause, resume;
+- ``teleop/heartbeat`` (Empty) every tick: the operator's path is alive. An arm node with
+  ``require_operator`` holds while it is missing (the node died or hangs).
 
 The console (teleop/console.py) shows the cameras it subscribes to (``cameras``), the actor's
-step and status, and charts; it binds ``console_host`` (127.0.0.1 by default; elsewhere it
-needs ``console_token``).
+step and status, and charts; it binds ``console_host`` (127.0.0.1 by default). Its token comes
+from the environment (``ROBOT_RL_CONSOLE_TOKEN``; required off loopback), else a random one per
+start; it is never a ROS parameter and never logged: the address with the token is printed on
+this node's standard output only (the operator's terminal), the log says where it serves.
+A configuration error (console bound off loopback without a token, port taken, bad mapping)
+ends the node with one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -26,11 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import Image
-from std_msgs.msg import Bool, Float32MultiArray, String
+from std_msgs.msg import Bool, Empty, Float32MultiArray, String
 
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.drivers.node import declare_config, run
+from robot_rl.errors import UserFacingError
 from robot_rl.teleop.devices import DeviceUnavailable, KeyboardDevice, Mapping, TeleopInput, open_device
 from robot_rl.teleop.intervention import InterventionSwitch
 
@@ -50,8 +58,7 @@ class TeleopNodeConfig:
     max_takeovers: int = 3
     console: bool = True
     console_host: str = "127.0.0.1"
-    console_port: int = 8080
-    console_token: str = ""
+    console_port: int = 8080  # the token is not a parameter: ROBOT_RL_CONSOLE_TOKEN (see the module's doc)
     cameras: tuple[str, ...] = ("front", "wrist")  # shown in the console
     jpeg_quality: int = 85
 
@@ -111,6 +118,10 @@ class TeleopNode(Node):
         self.cfg = cfg = declare_config(self, TeleopNodeConfig)
         mapping = Mapping(cfg.dead_zone, cfg.translation_scale, cfg.rotation_scale, cfg.yaw_deg)
         mapping.validate()
+        if cfg.console:
+            from robot_rl.teleop.console import console_token
+
+            token = console_token(cfg.console_host)  # before any device is opened: a bad setting ends it at once
         self.switch = InterventionSwitch(cfg.mode)
         self.inputs: list = []
         for name in cfg.devices:
@@ -126,6 +137,7 @@ class TeleopNode(Node):
         self.pub_intervening = self.create_publisher(Bool, topics.TELEOP_INTERVENING, 10)
         self.pub_action = self.create_publisher(Float32MultiArray, topics.TELEOP_ACTION, topics.qos_sensor())
         self.pub_events = self.create_publisher(String, topics.TELEOP_EVENTS, 10)
+        self.pub_heartbeat = self.create_publisher(Empty, topics.TELEOP_HEARTBEAT, topics.qos_sensor())
         self.decision = self.switch.decide([])
         # what the console shows
         self.frames: dict[str, tuple[int, np.ndarray]] = {}
@@ -145,12 +157,16 @@ class TeleopNode(Node):
         if cfg.console:
             from robot_rl.teleop.console import ConsoleServer
 
-            self.server = ConsoleServer(self, cfg.console_host, cfg.console_port, cfg.console_token or None)
-            self.get_logger().info(f"operator console at {self.server.start()}")
+            self.server = ConsoleServer(self, cfg.console_host, cfg.console_port, token)
+            url = self.server.start()
+            self.get_logger().info(f"operator console serving on {self.server.address} (its address with the token "
+                                   "is on this node's standard output)")
+            print(f"operator console: {url}", flush=True)  # the operator's terminal, not /rosout
 
     # ---- inputs -> topics --------------------------------------------------------------
     def tick(self) -> None:
         self.publish_decision()
+        self.pub_heartbeat.publish(Empty())
 
     def publish_decision(self) -> None:
         with self.lock:
@@ -247,7 +263,11 @@ class TeleopNode(Node):
 
 
 def main(args=None) -> None:
-    run(TeleopNode, args)
+    try:
+        run(TeleopNode, args)
+    except (UserFacingError, ValueError) as e:  # the node's configuration: one line, no traceback
+        print(f"teleop_node: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,18 @@
 against a running sim stack over real ROS 2: arm, camera, recorder, actor (the policy holds
 still; only the human moves the arm) and the teleop node serving the console.
 
-The test watches the camera view change while the operator drives with the keyboard, presses
-every button, and asserts what arrived: intervention flags and the operator's outcomes in the
-actor and in the recorded episodes, the re-recorded episode dropped, pause and resume. The
-screenshots land in test-artifacts/console/.
+The browser opens the address with the token that the teleop node printed on its standard
+output, as the operator does. The test watches the camera view change while the operator
+drives with the keyboard, presses every button, and asserts what arrived: intervention flags
+and the operator's outcomes in the actor and in the recorded episodes, the re-recorded episode
+dropped, pause and resume. The screenshots land in test-artifacts/console/.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -77,9 +79,10 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
     domain, port, size = free_domain_id(), free_port(), 32
     store_path, run = tmp_path / "session.zarr", tmp_path / "run"
     url = f"http://127.0.0.1:{port}/"
+    token = ""
 
     def state() -> dict:
-        with urllib.request.urlopen(url + "api/state", timeout=5) as r:
+        with urllib.request.urlopen(f"{url}api/state?token={token}", timeout=5) as r:
             return json.loads(r.read())
 
     def click(button: str):
@@ -100,8 +103,12 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
                          domain, tmp_path) as actor, \
             node_process("robot_rl.teleop.teleop_node", {"devices": "[gamepad]", "console_port": port,
                                                          "cameras": "[front]"}, domain, tmp_path, name="teleop"):
-        wait_for(lambda: _reachable(url), 60, "the console to serve")
-        browser.get(url)
+        printed = wait_for(lambda: re.search(rf"operator console: ({re.escape(url)}\?token=(\S+))",
+                                             (tmp_path / "teleop.log").read_text()), 60, "the console's address")
+        operator_url, token = printed.groups()
+        wait_for(lambda: _reachable(url, token), 60, "the console to serve")
+        browser.get(operator_url)
+        wait_for(lambda: browser.current_url == url, 10, "the token off the address bar")
         wait_for(lambda: state()["linked"] and "front" in state()["cameras"], 60, "the actor and the camera")
         image = wait_for(lambda: _loaded(browser, "cam-front"), 30, "the camera view in the page")
         before = image.screenshot_as_png
@@ -150,6 +157,8 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
         click("success")
         wait_for(lambda: len(state()["history"]) >= 5, 15, "the last episode to end")
         shot("05_charts")
+        browser.refresh()  # no token in the address any more: the page's cookie carries it
+        wait_for(lambda: browser.find_element(By.ID, "link").text == "stack live", 30, "the reloaded page live")
         actor.terminate()
         actor.wait(30)
 
@@ -175,9 +184,9 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
     assert len(list(ARTIFACTS.glob("*.png"))) >= 5
 
 
-def _reachable(url: str) -> bool:
+def _reachable(url: str, token: str) -> bool:
     try:
-        urllib.request.urlopen(url + "api/state", timeout=2).close()
+        urllib.request.urlopen(f"{url}api/state?token={token}", timeout=2).close()
         return True
     except OSError:
         return False

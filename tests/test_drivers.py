@@ -81,6 +81,45 @@ def test_estop_latches_ignores_commands_until_released():
     assert sup.action(here)[2] == pytest.approx(1.0)
 
 
+def test_without_the_operators_heartbeat_the_arm_holds_and_ignores_commands():
+    """require_operator: no heartbeat yet, or none for operator_timeout_s -> hold like an e-stop,
+    commands (the policy's and a lost operator's) ignored and counted; once the heartbeat is
+    back, hold until the next command."""
+    clock = FakeClock()
+    sup = ArmSupervisor(LIMITS, BOX, clock=clock, operator_timeout_s=0.5)
+    here = state_at([0.5, 0.0, 0.2])
+    assert not sup.operator_present
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))  # before the teleop node is up: ignored
+    act = sup.action(here)
+    assert sup.mode == "operator_lost" and np.allclose(act[:6], 0, atol=1e-6)
+    assert sup.counts["ignored_operator_lost"] == 1
+    sup.operator_heartbeat()
+    sup.command_velocity(np.array([0, 0, 1.0, 0, 0, 0]))
+    assert sup.action(here)[2] == pytest.approx(1.0) and sup.mode == "velocity"
+    sup.command_teleop(np.array([0, 0, -1.0, 0, 0, 0, 0]))
+    sup.set_intervening(True)
+    assert sup.action(here)[2] == pytest.approx(-1.0) and sup.mode == "teleop"
+    clock.t = 0.4  # 4 periods: the heartbeat is still fresh (the watchdog stopped the old commands)
+    sup.operator_heartbeat()
+    clock.t = 0.95  # 0.55 s without a heartbeat: the teleop node is gone
+    sup.command_velocity(np.array([1.0, 0, 0, 0, 0, 0]))
+    sup.command_teleop(np.array([1.0, 0, 0, 0, 0, 0, 1.0]))
+    sup.command_gripper(1.0)
+    for drift in (0.0, 0.01):  # holds where the loss began, whatever it was told
+        act = sup.action(state_at([0.5 + drift, 0.0, 0.2]))
+        assert sup.mode == "operator_lost" and act[0] == pytest.approx(-drift / LIMITS.max_translation_m, abs=1e-4)
+        assert act[6] == 0 and not sup.teleop_live
+    assert sup.counts["ignored_operator_lost"] == 4 and sup.counts["operator_losses"] == 1  # the start is no loss
+    sup.operator_heartbeat()  # back
+    act = sup.action(here)
+    assert sup.operator_present and sup.mode == "watchdog" and np.allclose(act[:6], 0, atol=1e-6)
+    sup.command_velocity(np.array([0, 1.0, 0, 0, 0, 0]))
+    assert sup.action(here)[1] == pytest.approx(1.0) and sup.mode == "velocity"
+    assert ArmSupervisor(LIMITS, BOX).operator_present  # not required: always present
+    with pytest.raises(ValueError, match="operator_timeout_s"):
+        ArmSupervisor(LIMITS, BOX, operator_timeout_s=0.0)
+
+
 def test_velocity_limits_and_workspace_box_clip_commands():
     sup = ArmSupervisor(LIMITS, BOX, clock=FakeClock())
     sup.command_velocity(np.array([5.0, -3.0, 0, 0, 0, 0.5]))
@@ -245,7 +284,8 @@ def test_realsense_frames_reach_a_ros_topic():
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
-        probe.spin_for(1.0)  # discovery
+        probe.spin_until(lambda: node.pub_image.get_subscription_count() > 0
+                         and probe.node.count_publishers(topics.camera_image("wrist")) > 0, 30, "discovery")
         sent = [np.random.default_rng(i).integers(0, 255, (48, 64, 3), dtype=np.uint8) for i in range(5)]
         for i, img in enumerate(sent):
             inject(img, i, 1000.0 + 33.3 * i)
@@ -283,6 +323,24 @@ def z_of(poses) -> float:
     return poses[-1][1].pose.position.z
 
 
+def status_of(status) -> dict:
+    return json.loads(status[-1][1].data) if status else {}
+
+
+def publish_until(probe, publisher, msg, condition, timeout: float, what: str) -> None:
+    """Publish ``msg`` every few spins until ``condition()`` holds (``timeout``: a failsafe only)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        publisher.publish(msg)
+        probe.spin_for(0.05)
+
+
+def zs_after(poses, mark: int) -> np.ndarray:
+    return np.array([m.pose.position.z for _, m in poses[mark:]])
+
+
 def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe, (arm, cam), logs = sim_cell
     poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
@@ -298,39 +356,31 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
     up = msgs.delta_to_twist(np.array([0, 0, 1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
     z0 = z_of(poses)
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-        velocity.publish(up)
-        probe.spin_for(0.05)
-    assert z_of(poses) > z0 + 0.05  # about 0.3 m/s for 1 s, clipped by the box's ceiling
-    # watchdog: silence -> motion stops within 2 control periods (+ one period in flight)
-    t_last = time.time()
-    probe.spin_for(1.0)
-    moving = [t for t, m in poses if t > t_last and abs(m.pose.position.z - z_of(poses)) > 1e-3]
-    assert max(moving, default=t_last) - t_last <= 0.35
-    probe.spin_until(lambda: json.loads(status[-1][1].data)["mode"] == "watchdog", 5, "watchdog status")
+    publish_until(probe, velocity, up, lambda: z_of(poses) > z0 + 0.05, 60, "the arm to rise 5 cm")
+    # watchdog: silence -> the arm says it holds, and from then on the pose stays put
+    probe.spin_until(lambda: status_of(status).get("mode") == "watchdog", 30, "watchdog status")
+    mark = len(poses)
+    probe.spin_until(lambda: len(poses) >= mark + 10, 30, "10 poses after the watchdog status")
+    held = zs_after(poses, mark)  # one pose per arm tick: settling is counted in ticks, not seconds
+    assert np.ptp(held) < LIMITS.max_translation_m  # no further than the motion in flight...
+    assert np.ptp(held[3:]) < 1e-3 and status_of(status)["counts"]["watchdog_holds"] >= 1  # ...then put
 
     # e-stop latches: commands are ignored until released
     estop = probe.node.create_publisher(Bool, topics.ESTOP, topics.qos_latched())
     estop.publish(Bool(data=True))
-    probe.spin_until(lambda: json.loads(status[-1][1].data)["estopped"], 5, "e-stop status")
+    probe.spin_until(lambda: status_of(status)["estopped"], 30, "e-stop status")
     down = msgs.delta_to_twist(np.array([0, 0, -1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
-    z_stop = z_of(poses)
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-        velocity.publish(down)
-        probe.spin_for(0.05)
-    assert abs(z_of(poses) - z_stop) < 2e-3
+    z_stop, mark = z_of(poses), len(poses)
+    publish_until(probe, velocity, down, lambda: len(poses) >= mark + 10
+                  and status_of(status)["counts"]["ignored_estopped"] > 0, 30, "commands ignored while e-stopped")
+    assert np.all(np.abs(zs_after(poses, mark) - z_stop) < 2e-3)
     assert probe.call(Trigger, topics.RESET).success is False  # no reset while e-stopped
     estop.publish(Bool(data=False))  # not a release
-    probe.spin_for(0.3)
-    assert json.loads(status[-1][1].data)["estopped"] is True
+    ticks = status_of(status)["ticks"]
+    probe.spin_until(lambda: status_of(status)["ticks"] > ticks, 30, "the arm's next status")
+    assert status_of(status)["estopped"] is True
     assert probe.call(Trigger, topics.RELEASE_ESTOP).success
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-        velocity.publish(down)
-        probe.spin_for(0.05)
-    assert z_of(poses) < z_stop - 0.05
+    publish_until(probe, velocity, down, lambda: z_of(poses) < z_stop - 0.05, 60, "the arm to go down after release")
     assert probe.call(Trigger, topics.RESET).success
 
 
@@ -353,12 +403,10 @@ def test_malformed_commands_never_crash_the_arm(sim_cell):
         gripper.publish(Float32(data=float("inf")))
         probe.spin_for(0.05)
     velocity.publish(huge)
-    probe.spin_for(0.5)
-    probe.spin_until(lambda: json.loads(status[-1][1].data)["dropped"].get("velocity command", 0) >= 5, 10,
-                     "dropped counts")
-    report = json.loads(status[-1][1].data)
+    probe.spin_until(lambda: status and status_of(status)["dropped"].get("velocity command", 0) >= 5
+                     and status_of(status)["counts"]["clipped_velocity"] >= 1, 30, "dropped and clipped counts")
+    report = status_of(status)
     assert report["dropped"]["pose command"] >= 5 and report["dropped"]["gripper command"] >= 5
-    assert report["counts"]["clipped_velocity"] >= 1
     assert arm.poll() is None and cam.poll() is None
     assert "dropped velocity command" in (logs / "arm_node.log").read_text()
 
@@ -378,27 +426,35 @@ def test_the_operators_action_runs_first_and_the_arm_reports_it(sim_cell):
     intervening = probe.node.create_publisher(Bool, topics.TELEOP_INTERVENING, 10)
     down = msgs.delta_to_twist(np.array([0.0, 0, -0.5, 0, 0, 0]), 0, LIMITS.max_translation_m,
                                LIMITS.max_rotation_rad, 10)
-    start_z = poses[-1][1].pose.position.z
-    mark = len(applied)
-    for _ in range(15):  # the policy says down, the operator says up: up it goes
+    up = Float32MultiArray(data=[0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+
+    def operator_and_policy(intervene: bool) -> None:
         velocity.publish(down)
-        teleop.publish(Float32MultiArray(data=[0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]))
-        intervening.publish(Bool(data=True))
-        probe.spin_for(0.1)
-    assert poses[-1][1].pose.position.z > start_z + 0.02
-    by_operator = [m for _, m in applied[mark + 3:]]
-    assert by_operator and all(m.data[8] == 1.0 for m in by_operator)
-    assert sum(m.data[3] > 0.9 for m in by_operator) >= 3  # full speed up (until the safety box's top clips it)
+        if intervene:
+            teleop.publish(up)
+        intervening.publish(Bool(data=intervene))
+        probe.spin_for(0.05)
+
+    def drive(intervene: bool, condition, what: str) -> None:
+        end = time.monotonic() + 60  # a failsafe
+        while not condition():
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            operator_and_policy(intervene)
+
+    start_z, mark = z_of(poses), len(applied)
+    # the policy says down, the operator says up: up it goes, and the arm says whose action it ran
+    drive(True, lambda: z_of(poses) > start_z + 0.02 and sum(m.data[8] == 1.0 and m.data[3] > 0.9
+                                                             for _, m in applied[mark:]) >= 3, "the operator's ticks")
     for _ in range(3):
         teleop.publish(Float32MultiArray(data=[float("nan")] * 7))
         teleop.publish(Float32MultiArray(data=[1.0, 2.0]))
         probe.spin_for(0.05)
+    # hands off: from the first tick that ran the policy's command on, only the policy's
     mark = len(applied)
-    for _ in range(8):  # hands off: the policy's command again
-        intervening.publish(Bool(data=False))
-        velocity.publish(down)
-        probe.spin_for(0.1)
-    assert all(m.data[8] == 0.0 for _, m in applied[mark + 3:]) and applied[-1][1].data[3] < 0
+    drive(False, lambda: any(m.data[8] == 0.0 for _, m in applied[mark:]), "the policy's command again")
+    first = mark + next(i for i, (_, m) in enumerate(applied[mark:]) if m.data[8] == 0.0)
+    drive(False, lambda: sum(m.data[3] < 0 for _, m in applied[first:]) >= 5, "5 ticks of the policy's down")
+    assert all(m.data[8] == 0.0 for _, m in applied[first:])
     probe.spin_until(lambda: json.loads(status[-1][1].data)["dropped"].get("teleop action", 0) >= 6, 10,
                      "dropped teleop actions")
     assert arm.poll() is None
@@ -470,12 +526,36 @@ def test_observation_assembler_rejects_stale_frames_with_a_reason():
         assert asm.observation(t)[1] == "waiting for the arm's next control tick"  # nothing newer than t yet
 
 
-def test_commands_leave_a_fixed_latency_after_their_arm_tick_and_late_ones_are_counted():
+class FakeTime:
+    """Stands in for the ``time`` module of ros_env: wall-clock readings and sleeps on a clock
+    the test controls (monotonic stays real: it only bounds waits)."""
+
+    monotonic = staticmethod(time.monotonic)
+
+    def __init__(self):
+        self.ns = 1_700_000_000_000_000_000
+        self.sleeps: list[float] = []
+
+    def time_ns(self) -> int:
+        return self.ns
+
+    def time(self) -> float:
+        return self.ns / 1e9
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.ns += int(round(seconds * 1e9))
+
+
+def test_commands_leave_a_fixed_latency_after_their_arm_tick_and_late_ones_are_counted(monkeypatch):
     """With command_latency_s the actor holds each command until its observation's arm tick +
     the latency (a constant delay, a regular rate); a policy later than that sends at once and
     the miss is counted. The latency must fit in one control period."""
+    from robot_rl.drivers import ros_env
     from robot_rl.drivers.ros_env import RosArmEnv
 
+    clock = FakeTime()
+    monkeypatch.setattr(ros_env, "time", clock)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=free_domain_id())
     try:
@@ -491,19 +571,21 @@ def test_commands_leave_a_fixed_latency_after_their_arm_tick_and_late_ones_are_c
                                 ("width", 0.04)):
                 env.assembler.put(kind, stamp_ns, value)
 
-        tick = time.time_ns()
+        tick = clock.ns
         env._last_stamp = env._obs_stamp = tick  # the observation the action is for
         next_tick(tick + 1)
         env.step(np.zeros(7, np.float32))
-        sent_after_ms = env.command_times[-1] * 1e3 - tick / 1e6
-        assert 30.0 <= sent_after_ms < 90.0 and env.command_latency_misses == 0
+        assert clock.sleeps == [pytest.approx(0.03)]  # held until the tick + 30 ms, then sent
+        assert env.command_times[-1] * 1e9 == pytest.approx(tick + 30_000_000, abs=1e3)
+        assert env.command_latency_misses == 0
 
-        late_tick = time.time_ns() - 50_000_000  # the policy took 50 ms: past the 30 ms mark
+        late_tick = clock.ns - 50_000_000  # the policy took 50 ms: past the 30 ms mark
         env._last_stamp = env._obs_stamp = late_tick
         next_tick(late_tick + 1)
-        before = time.time()
+        before = clock.ns
         env.step(np.zeros(7, np.float32))
-        assert env.command_times[-1] - before < 0.02 and env.command_latency_misses == 1
+        assert len(clock.sleeps) == 1 and env.command_times[-1] * 1e9 == pytest.approx(before, abs=1e3)  # at once
+        assert env.command_latency_misses == 1
         node.destroy_node()
     finally:
         context.try_shutdown()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -44,3 +51,153 @@ def test_session_refuses_a_bad_eagerness():
     from robot_rl.cli import main
 
     assert main(["session", "--simulated-human", "3"]) == 2
+
+
+# ---------------------------------------------------------------------- supervision of the operator
+def test_the_human_in_the_loop_stacks_respawn_the_teleop_node_and_the_arm_requires_it():
+    from robot_rl.launcher import CONSOLE_TOKEN_ENV, load_stacks, node_environment, resolve
+
+    for stack in ("train", "session"):
+        nodes = {n.name: n for n in resolve(stack)}
+        assert nodes["teleop"].respawn and not nodes["teleop"].required
+        assert nodes["arm"].parameters["require_operator"] is True
+        assert not any("token" in key for n in nodes.values() for key in n.parameters)
+        assert not any("token" in key for key in load_stacks()[stack]["args"])  # never a ROS parameter
+        env = {CONSOLE_TOKEN_ENV: "t" * 20, "PATH": "/bin"}
+        assert node_environment(nodes["teleop"], env) == env
+        assert node_environment(nodes["arm"], env) == {"PATH": "/bin"}  # the token reaches the teleop node only
+    for stack in ("sim_train", "record_demos"):  # no operator in these stacks: nothing to wait for
+        assert "require_operator" not in {n.name: n for n in resolve(stack)}["arm"].parameters
+
+
+@contextlib.contextmanager
+def supervised(nodes, env):
+    """``robot-rl launch``'s supervisor running ``nodes`` in the background; stopped on exit."""
+    from robot_rl.launcher import Supervisor
+
+    lines: list[str] = []
+    supervisor = Supervisor(nodes, log=lines.append, env=env, grace_s=5)
+    runner = threading.Thread(target=supervisor.run, daemon=True)
+    runner.start()
+    try:
+        yield supervisor, lines
+    finally:
+        supervisor.stopping.set()
+        runner.join(60)
+        shutil.rmtree(supervisor.folder, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_session_stacks_teleop_node_starts_with_the_stacks_arguments():
+    """`robot-rl launch session devices:=[]` crashed the teleop node: the stack's "0" for
+    simulated_human reached it as an integer. Its node, as the launcher writes it, now runs: it
+    beats its heartbeat and serves the console with the token from its environment."""
+    pytest.importorskip("rclpy")
+    import httpx
+    from std_msgs.msg import Empty
+
+    from robot_rl.drivers import topics
+    from robot_rl.launcher import CONSOLE_TOKEN_ENV, resolve
+    from tests.helpers.ros import Probe, free_domain_id, ros_environment
+
+    port, domain, token = free_port(), free_domain_id(), "the-session-token-0123"
+    teleop = {n.name: n for n in resolve("session", {"devices": "[]", "console_port": str(port)})}["teleop"]
+    assert teleop.parameters["simulated_human"] == 0 and teleop.parameters["devices"] == []  # as the YAML reads them
+    probe = Probe(domain)
+    beats = probe.subscribe(Empty, topics.TELEOP_HEARTBEAT, topics.qos_sensor())
+    try:
+        with supervised([teleop], {**ros_environment(domain), CONSOLE_TOKEN_ENV: token}) as (supervisor, lines):
+            probe.spin_until(lambda: len(beats) >= 5, 90, "the teleop node's heartbeat")
+            state = httpx.get(f"http://127.0.0.1:{port}/api/state", params={"token": token}, timeout=30).json()
+            assert state["task"] == "PickCube" and state["devices"] == []
+            assert supervisor.procs["teleop"].poll() is None and supervisor.restarts["teleop"] == 0, lines
+            assert any(f"operator console: http://127.0.0.1:{port}/?token={token}" in line for line in lines)
+    finally:
+        probe.close()
+
+
+def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(tmp_path):
+    """The teleop node hangs (SIGSTOP): the arm says operator_lost, ignores commands, holds its
+    pose and refuses to reset; an actor's reset waits. It dies (SIGKILL): the supervisor
+    respawns it, and with its heartbeat back the arm takes commands and the reset goes through."""
+    pytest.importorskip("rclpy")
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+
+    from robot_rl.contract import ControlLimits
+    from robot_rl.drivers import messages as msgs
+    from robot_rl.drivers import topics
+    from robot_rl.drivers.ros_env import RosArmEnv
+    from robot_rl.launcher import NodeSpec
+    from tests.helpers.ros import Probe, free_domain_id, ros_environment
+
+    limits = ControlLimits()
+    domain = free_domain_id()
+    arm = NodeSpec("arm", "arm_node", {"seed": 1, "require_operator": True})
+    teleop = NodeSpec("teleop", "teleop_node", {"devices": [], "cameras": [], "console_port": 0}, respawn=True)
+    probe = Probe(domain)
+    status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+    poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+    velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+
+    def twist(z: float):
+        return msgs.delta_to_twist(np.array([0, 0, z, 0, 0, 0]), 0, limits.max_translation_m, limits.max_rotation_rad,
+                                   limits.control_hz)
+
+    def status_of() -> dict:
+        return json.loads(status[-1][1].data) if status else {}
+
+    def z_now() -> float:
+        return poses[-1][1].pose.position.z
+
+    def publish_until(msg, condition, timeout: float, what: str) -> None:
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            velocity.publish(msg)
+            probe.spin_for(0.05)
+
+    try:
+        with supervised([arm, teleop], ros_environment(domain)) as (supervisor, lines):
+            probe.spin_until(lambda: status_of().get("operator_present") is True and poses, 120,
+                             "the operator's heartbeat at the arm")
+            z0 = z_now()
+            publish_until(twist(1.0), lambda: z_now() > z0 + 0.03, 60, "the arm to rise")
+
+            probe.spin_until(lambda: status_of()["mode"] == "watchdog", 30, "the arm to hold after the rise")
+
+            os.kill(supervisor.procs["teleop"].pid, signal.SIGSTOP)  # the operator's path hangs
+            probe.spin_until(lambda: status_of()["mode"] == "operator_lost", 30, "operator_lost status")
+            assert status_of()["operator_present"] is False
+            z_lost, mark = z_now(), len(poses)
+            publish_until(twist(-1.0), lambda: len(poses) >= mark + 10
+                          and status_of()["counts"]["ignored_operator_lost"] > 0, 30, "commands ignored")
+            held = np.array([m.pose.position.z for _, m in poses[mark:]])  # one pose per arm tick
+            assert np.all(np.abs(held - z_lost) < 2e-3)  # put, whatever it is told
+            refused = probe.call(Trigger, topics.RESET)
+            assert not refused.success and refused.message.startswith(topics.RESET_REFUSED_NO_OPERATOR)
+
+            said: list[str] = []  # an actor's reset waits for the operator
+            env = RosArmEnv(probe.node, "PickCube", sim=True, log=said.append)
+            resets: list = []
+            waiting = threading.Thread(target=lambda: resets.append(env.reset()), daemon=True)
+            waiting.start()
+            probe.spin_until(lambda: any("waiting for the operator" in m for m in said), 30, "the actor to wait")
+            assert not resets
+
+            supervisor.procs["teleop"].kill()  # it dies: the supervisor starts it again
+            probe.spin_until(lambda: resets, 120, "the operator back and the actor's reset done")
+            assert supervisor.restarts["teleop"] >= 1 and status_of()["operator_present"] is True, lines
+            assert status_of()["counts"]["operator_losses"] == 1
+            z_back = z_now()
+            publish_until(twist(1.0), lambda: z_now() > z_back + 0.03, 60, "the arm to take commands again")
+            waiting.join(10)
+    finally:
+        probe.close()

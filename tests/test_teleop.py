@@ -275,13 +275,17 @@ class RecordingBackend:
         self.calls.append(("keys", keys))
 
 
+TOKEN = "s3cret-token-of-the-operator"
+
+
 def test_console_api_routes_every_button_to_the_backend():
     from fastapi.testclient import TestClient
 
     from robot_rl.teleop.console import create_app
 
     backend = RecordingBackend()
-    client = TestClient(create_app(backend))
+    client = TestClient(create_app(backend, TOKEN), base_url="http://127.0.0.1:8080",
+                        headers={"X-Console-Token": TOKEN})
     page = client.get("/")
     assert page.status_code == 200 and "Intervene (hold)" in page.text and "https://" not in page.text
     for button in ("btn-hold", "btn-toggle", "btn-success", "btn-failure", "btn-reset", "btn-pause", "btn-rerecord"):
@@ -297,29 +301,34 @@ def test_console_api_routes_every_button_to_the_backend():
     assert client.post("/api/event/explode").status_code == 404
     assert client.post("/api/intervene/maybe").status_code == 404
     assert client.post("/api/keys", json={"keys": "w"}).status_code == 422
+    assert client.get("/api/event/success").status_code == 405  # state changes only by POST
     assert backend.calls == [("press", e) for e in ("success", "failure", "reset", "rerecord", "pause", "resume")] + [
         ("intervene", h) for h in ("hold", "release", "toggle")] + [("keys", ["w", "c"])]
 
 
-def test_console_with_a_token_refuses_requests_without_it_and_will_not_bind_elsewhere_without_one():
+def test_console_refuses_requests_without_its_token_and_will_not_bind_elsewhere_without_one():
     from fastapi.testclient import TestClient
 
     from robot_rl.teleop.console import ConsoleError, ConsoleServer, create_app
 
     backend = RecordingBackend()
-    client = TestClient(create_app(backend, token="s3cret"))
+    client = TestClient(create_app(backend, TOKEN), base_url="http://127.0.0.1:8080")
+    assert client.get("/").status_code == 401
     assert client.get("/api/state").status_code == 401
     assert client.post("/api/event/success").status_code == 401
     assert client.get("/api/state", params={"token": "wrong"}).status_code == 401
     assert backend.calls == []
-    assert client.get("/api/state", headers={"X-Console-Token": "s3cret"}).status_code == 200
-    assert client.get("/", params={"token": "s3cret"}).status_code == 200  # sets the cookie for the page's requests
+    assert client.get("/api/state", headers={"X-Console-Token": TOKEN}).status_code == 200
+    page = client.get("/", params={"token": TOKEN})  # sets the cookie for the page's requests
+    assert page.status_code == 200 and "HttpOnly" in page.headers["set-cookie"]
+    assert "SameSite=Strict" in page.headers["set-cookie"]
     assert client.post("/api/event/success").status_code == 200 and backend.calls == [("press", "success")]
-    with pytest.raises(ConsoleError, match="give it a token"):
+    with pytest.raises(ConsoleError, match="not loopback: set ROBOT_RL_CONSOLE_TOKEN"):
         ConsoleServer(backend, host="0.0.0.0", port=0)
 
 
-def test_console_server_serves_on_loopback(tmp_path):
+def test_console_server_serves_on_loopback_with_a_token_of_its_own(tmp_path):
+    import urllib.error
     import urllib.request
 
     from robot_rl.teleop.console import ConsoleServer
@@ -327,11 +336,15 @@ def test_console_server_serves_on_loopback(tmp_path):
     server = ConsoleServer(RecordingBackend(), host="127.0.0.1", port=0)
     url = server.start()
     try:
-        assert url.startswith("http://127.0.0.1:")
-        with urllib.request.urlopen(url + "api/state", timeout=5) as r:
+        assert url.startswith(server.address) and url.startswith("http://127.0.0.1:")
+        assert len(server.token) >= 16 and url.endswith(f"?token={server.token}")
+        with urllib.request.urlopen(f"{server.address}api/state?token={server.token}", timeout=5) as r:
             assert b"front" in r.read()
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(f"{server.address}api/state", timeout=5)
     finally:
         server.stop()
+    assert ConsoleServer(RecordingBackend(), port=0).token != server.token  # a new one per start
 
 
 def test_training_with_a_simulated_human_flags_and_counts_its_steps(tmp_path):

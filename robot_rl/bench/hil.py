@@ -45,12 +45,15 @@ def console_latency(inputs: int, log=print) -> dict:
 
     from robot_rl.drivers import topics
     from robot_rl.drivers.node import spin_in_background
+    from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, new_token
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     domain = 200 + os.getpid() % 30
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
+    token = new_token()  # the console's, as the operator's page holds it
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1",
+               **{CONSOLE_TOKEN_ENV: token})
     env.pop("ROS_LOCALHOST_ONLY", None)
     url = f"http://127.0.0.1:{port}/"
     with tempfile.TemporaryDirectory(prefix="bench-hil-console-") as tmp:
@@ -69,14 +72,14 @@ def console_latency(inputs: int, log=print) -> dict:
         def post(path: str, body: dict | None = None) -> None:
             data = json.dumps(body).encode() if body is not None else b""
             request = urllib.request.Request(url + path, data=data, method="POST",
-                                             headers={"Content-Type": "application/json"})
+                                             headers={"Content-Type": "application/json", "X-Console-Token": token})
             urllib.request.urlopen(request, timeout=5).close()
 
         try:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    urllib.request.urlopen(url + "api/state", timeout=2).close()
+                    urllib.request.urlopen(f"{url}api/state?token={token}", timeout=2).close()
                     break
                 except OSError:
                     if time.monotonic() > deadline or proc.poll() is not None:

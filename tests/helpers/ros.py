@@ -26,8 +26,9 @@ def free_domain_id() -> int:
 
 @contextlib.contextmanager
 def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path, name: str | None = None,
-                 namespace: str | None = None):
-    """``python -m module --ros-args [-r __ns:=namespace] -p k:=v ...``; SIGTERM (then SIGKILL) on exit."""
+                 namespace: str | None = None, env: dict | None = None):
+    """``python -m module --ros-args [-r __ns:=namespace] -p k:=v ...``; SIGTERM (then SIGKILL) on exit.
+    ``env``: extra environment variables of the node."""
     args = [sys.executable, "-m", module, "--ros-args"] + (["-r", f"__ns:={namespace}"] if namespace else [])
     for key, value in (params or {}).items():
         if isinstance(value, bool):
@@ -35,7 +36,8 @@ def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path
         args += ["-p", f"{key}:={value}"]
     log = Path(log_dir) / f"{name or module.rsplit('.', 1)[-1]}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(args, env=ros_environment(domain_id), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, env={**ros_environment(domain_id), **(env or {})}, stdout=out,
+                                stderr=subprocess.STDOUT)
         try:
             yield proc
         finally:
