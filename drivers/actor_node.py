@@ -167,6 +167,8 @@ class ActorNode(Node):
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, self.teleop.on_intervening, 10)
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.teleop.on_action, topics.qos_sensor())
         self.create_subscription(String, topics.TELEOP_EVENTS, self.on_event, 10)
+        self.arm_mode = ""  # the arm driver's mode (arm/status): while it holds, actions are not executed
+        self.create_subscription(String, topics.ARM_STATUS, self.on_arm_status, topics.qos_latched())
         self.pub_status = self.create_publisher(String, topics.ACTOR_STATUS, topics.qos_latched())
         self.pub_step = self.create_publisher(String, topics.ACTOR_STEP, 10)
         self.events: list[str] = []
@@ -188,6 +190,17 @@ class ActorNode(Node):
             return
         with self.events_lock:
             self.events.append(event)
+
+    def on_arm_status(self, msg) -> None:
+        try:
+            self.arm_mode = str(json.loads(msg.data).get("mode", ""))
+        except (ValueError, AttributeError):
+            self.get_logger().warning(f"ignoring a malformed arm status {msg.data[:80]!r}")
+
+    def arm_holds(self) -> bool:
+        """The arm ignores commands (e-stop, or its operator is gone): what the actor sends is
+        not what happens, so nothing of it may be learned from or recorded."""
+        return self.arm_mode in ("estop", "operator_lost")
 
     def take_events(self) -> list[str]:
         with self.events_lock:
@@ -264,6 +277,21 @@ class ActorNode(Node):
             human = self.teleop.override()
             action = human if human is not None else self.act(raw, obs)
             next_raw, reward, terminated, truncated, info = self.env.step(action)
+            if self.arm_holds():  # the episode is void: dropped, and the next one waits for the arm
+                self.get_logger().error(f"the arm holds ({self.arm_mode}): dropping this episode "
+                                        f"({episode.steps} steps); the next starts when the arm takes commands")
+                self.stats["dropped_arm_held"] = self.stats.get("dropped_arm_held", 0) + 1
+                if cfg.record:
+                    self.recorder.discard()
+                episode = EpisodeTally()
+                end_request, solved = None, False
+                self.publish_status()
+                raw, _ = self.env.reset()  # refused (and waited on) until the operator is back
+                if self.expert is not None:
+                    self.expert.reset()
+                if cfg.record:
+                    self.recorder.start(raw)
+                continue
             by_human = human is not None
             if info.get("applied_by_operator"):  # the arm ran the operator's input: that is what is stored
                 action, by_human = info["applied_action"], True

@@ -137,7 +137,7 @@ class ArmNode(Node):
 
     def on_reset(self, request, response):
         if self.supervisor.estopped:
-            response.success, response.message = False, "e-stop is latched: release it first"
+            response.success, response.message = False, f"{topics.RESET_REFUSED_ESTOP}: release it first"
             return response
         if not self.supervisor.operator_present:
             response.success = False

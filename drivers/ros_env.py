@@ -262,9 +262,9 @@ class RosArmEnv(gym.Env):
             result = future.result()
             if result.success:
                 break
-            if not result.message.startswith(topics.RESET_REFUSED_NO_OPERATOR):
+            if not result.message.startswith(topics.RESET_REFUSED_WAIT):
                 raise StaleObservation(f"the arm refused to reset: {result.message}")
-            if not waiting_for_operator:  # no episode starts without the operator: wait for them
+            if not waiting_for_operator:  # no episode starts without the operator or under e-stop: wait
                 self.log(f"the arm holds ({result.message}): waiting for the operator before the next episode")
                 waiting_for_operator = True
             if not self.node.context.ok():

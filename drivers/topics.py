@@ -17,6 +17,8 @@ GRIPPER_COMMAND = "arm/command/gripper"  # std_msgs/Float32: > 0.5 close, < -0.5
 ESTOP = "arm/estop"  # std_msgs/Bool: True latches the e-stop
 RESET = "arm/reset"  # std_srvs/Trigger: new episode (sim: new scene), arm to home
 RESET_REFUSED_NO_OPERATOR = "no operator"  # how a refused reset's message starts while the operator is lost
+RESET_REFUSED_ESTOP = "e-stop is latched"  # ... and while the e-stop is latched
+RESET_REFUSED_WAIT = (RESET_REFUSED_NO_OPERATOR, RESET_REFUSED_ESTOP)  # the actor waits these out
 RELEASE_ESTOP = "arm/release_estop"  # std_srvs/Trigger
 # sim twin only
 SIM_SCENE = "sim/scene"  # std_msgs/Float64MultiArray: the scene state sim cameras render
