@@ -63,9 +63,10 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
     if damaged:
         hint = "restore the damaged files from a backup"
         if good:
-            hint += f", or keep the good episodes: robot-rl data split {path} --episodes {format_episodes(good)} --out NEW"
-    return {"path": str(path), "ok": not problems and not damaged, "integrity": INTEGRITY if store.every_chunk_written else None,
-            "episodes": len(ends), "damaged_episodes": damaged,
+            hint += (f", or keep the good episodes: robot-rl data split {path} --episodes {format_episodes(good)} "
+                     "--out NEW")
+    return {"path": str(path), "ok": not problems and not damaged,
+            "integrity": INTEGRITY if store.every_chunk_written else None, "episodes": len(ends), "damaged_episodes": damaged,
             "episode_problems": {str(i): per_episode[i] for i in damaged}, "problems": problems,
             "fix": found.fix, "repaired": repaired, "hint": hint}
 

@@ -68,9 +68,11 @@ class StoreError(UserFacingError):
 class DamagedStoreError(StoreError):
     """A chunk file of the store is missing or unreadable (``where``: which, in short)."""
 
-    def __init__(self, store: Path, damage: chunks.Damage, unit: str = "frames"):
-        self.where = f"{damage.file.relative_to(store)}: {damage.why} ({unit} {damage.start}-{damage.stop - 1})"
-        super().__init__(_damaged(damage.file, f"{damage.why} ({unit} {damage.start}-{damage.stop - 1})", store))
+    def __init__(self, store: Path, damage: chunks.Damage, units: tuple[str, str] = ("frame", "frames")):
+        first, last = damage.start, damage.stop - 1
+        span = f"{units[0]} {first}" if first == last else f"{units[1]} {first}-{last}"
+        self.where = f"{damage.file.relative_to(store)}: {damage.why} ({span})"
+        super().__init__(_damaged(damage.file, f"{damage.why} ({span})", store))
 
 
 def image_codecs(name: str) -> tuple:
@@ -99,6 +101,7 @@ class EpisodeStore:
                        for name in sorted(p.name for p in (self.path / "data").iterdir() if p.is_dir())}
         self.fields = {k: (tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self.arrays.items()}
         self._ends = np.zeros(0, np.int64)
+        self._judged = False  # the index was checked (open) or made here (create): appending is safe
 
     # ---- create / open ---------------------------------------------------------------------
     @classmethod
@@ -143,7 +146,9 @@ class EpisodeStore:
                                   fill_value=0, compressors=compressors, serializer=serializer)
             root.create_group("meta").create_array("episode_ends", shape=(0,), chunks=(INDEX_CHUNK,), dtype=np.int64,
                                                    fill_value=0, compressors=[Crc32cCodec()])
-        return cls(zarr.open_group(str(path), mode="r+"), path)
+        store = cls(zarr.open_group(str(path), mode="r+"), path)
+        store._judged = True
+        return store
 
     @classmethod
     def load(cls, path, mode: str = "r") -> "EpisodeStore":
@@ -171,7 +176,8 @@ class EpisodeStore:
             try:
                 root[group]
             except Exception as e:  # noqa: BLE001
-                raise StoreError(_damaged(path / group / "zarr.json", f"unreadable group metadata ({chunks.brief(e)})")) from e
+                why = f"unreadable group metadata ({chunks.brief(e)})"
+                raise StoreError(_damaged(path / group / "zarr.json", why)) from e
         return cls(root, path)
 
     @classmethod
@@ -187,7 +193,7 @@ class EpisodeStore:
         if mode == "a" and found.fix:
             warnings.warn(f"{store.path}: {found.fix}", stacklevel=2)
             store.apply(found)
-        store._ends = found.ends
+        store._ends, store._judged = found.ends, True
         return store
 
     # ---- index --------------------------------------------------------------------------------
@@ -231,7 +237,8 @@ class EpisodeStore:
         killed between growing the index and writing the entry)."""
         n = self._ends_array.shape[0]
         try:
-            return self._read(self._ends_array, self.path / "meta/episode_ends", 0, n, verify_until=n - 1, unit="entries")
+            return self._read(self._ends_array, self.path / "meta/episode_ends", 0, n, verify_until=n - 1,
+                              units=("entry", "entries"))
         except StoreError as e:
             return getattr(e, "where", str(e))
 
@@ -278,21 +285,21 @@ class EpisodeStore:
         return {k: self._read(self.arrays[k], self.path / "data" / k, start, stop) for k in keys}
 
     def _read(self, array: zarr.Array, folder: Path, start: int, stop: int, verify_until: int | None = None,
-              unit: str = "frames") -> np.ndarray:
+              units: tuple[str, str] = ("frame", "frames")) -> np.ndarray:
         """``array[start:stop]``; the chunks of items before ``verify_until`` (default: all) must be
         on disk. A missing or damaged chunk raises DamagedStoreError naming its file."""
         for chunk in chunks.chunks_of(array, folder, start, stop if verify_until is None else min(stop, verify_until)):
             damage = chunks.missing(array, chunk, self.every_chunk_written)
             if damage:
-                raise DamagedStoreError(self.path, damage[0], unit)
+                raise DamagedStoreError(self.path, damage[0], units)
         try:
             return array[start:stop]
         except Exception as e:  # noqa: BLE001 - a codec failing on a chunk: find and name the file
             for chunk in chunks.chunks_of(array, folder, start, stop):
                 damage = chunks.undecodable(array, chunk)
                 if damage:
-                    raise DamagedStoreError(self.path, damage[0], unit) from e
-            raise StoreError(_damaged(folder, f"{unit} {start}-{stop - 1} cannot be read ({chunks.brief(e)})",
+                    raise DamagedStoreError(self.path, damage[0], units) from e
+            raise StoreError(_damaged(folder, f"{units[1]} {start}-{stop - 1} cannot be read ({chunks.brief(e)})",
                                       self.path)) from e
 
     def _array(self, key: str) -> zarr.Array:
@@ -320,6 +327,9 @@ class EpisodeStore:
         Visible to readers only once this returns."""
         if self.group.read_only:
             raise StoreError(f"{self.path} is open read-only; open it with mode='a' to append")
+        if not self._judged:
+            raise StoreError(f"{self.path} was loaded without checking its index; open it with "
+                             "EpisodeStore.open(path, mode='a') to append")
         frames = self._check_episode(episode)
         start = self.n_frames
         stop = start + frames

@@ -23,7 +23,8 @@ def info(path: str | Path) -> dict:
     return {
         "path": str(path), "task": store.attrs.get("task"), "robot": store.attrs.get("robot"),
         "control_hz": store.attrs.get("control_hz"), "cameras": {k: list(v) for k, v in store.cameras.items()},
-        "image_codec": store.attrs.get("image_codec"), "integrity": store.attrs.get("integrity"), "episodes": len(store), "frames": store.n_frames,
+        "image_codec": store.attrs.get("image_codec"), "integrity": store.attrs.get("integrity"),
+        "episodes": len(store), "frames": store.n_frames,
         "steps": steps, "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
         "min_length": int(lengths.min()) if len(lengths) else 0, "max_length": int(lengths.max()) if len(lengths) else 0,
         "success_rate": float(np.mean(successes)) if successes else 0.0,
@@ -77,7 +78,8 @@ def _new_output(out: str | Path) -> Path:
 def create_like(store: EpisodeStore, out: str | Path) -> EpisodeStore:
     fields = {k: v for k, v in store.fields.items() if k not in FRAME_FIELDS}
     attrs = {k: v for k, v in store.attrs.items()
-             if k not in ("format", "schema_version", "integrity", "task", "robot", "control_hz", "cameras", "image_codec")}
+             if k not in ("format", "schema_version", "integrity", "task", "robot", "control_hz", "cameras",
+                          "image_codec")}
     return EpisodeStore.create(out, fields, task=store.attrs["task"], robot=store.attrs["robot"],
                                control_hz=store.attrs["control_hz"], cameras=store.cameras,
                                images=store.attrs.get("image_codec", "lossless"), **attrs)
