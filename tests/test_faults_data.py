@@ -330,6 +330,25 @@ def test_merge_or_split_killed_midway_leaves_no_output_and_a_rerun_works(tmp_pat
         np.testing.assert_array_equal(merged.get_episode(i)["front"], episode(i)["front"])
 
 
+def test_a_store_is_created_whole_or_not_at_all(tmp_path):
+    """A recorder killed while it creates a new store leaves nothing at the path (a half-made
+    store would be refused for good); the next one creates it and clears the leftover."""
+    path = tmp_path / "new.zarr"
+    for kill_at in (1, 6, None):
+        writer = GatedProcess([str(HELPERS / "record_forever.py"), str(path)], stderr=open(tmp_path / "err.log", "w"))
+        writes = 0
+        for line in writer.lines():
+            writes += line.startswith("wrote")
+            if writes == kill_at or line.startswith("ready"):
+                writer.kill()
+                break
+            writer.go()
+        assert writer.proc.returncode == -9
+        if kill_at:
+            assert not path.exists() and not no_partial_outputs(tmp_path)
+    assert len(EpisodeStore.open(path)) == 0 and no_partial_outputs(tmp_path)
+
+
 def test_split_with_a_backwards_range_is_an_error(tmp_path, capsys):
     path = make_store(tmp_path / "s.zarr", episodes=3)
     code, _, err = cli(["data", "split", path, "--episodes", "2-0", "--out", tmp_path / "x.zarr"], capsys)
