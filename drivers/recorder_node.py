@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +84,13 @@ class RecorderNode(Node):
 
 
 def main(args=None) -> None:
-    run(RecorderNode, args)
+    from robot_rl.errors import UserFacingError
+
+    try:
+        run(RecorderNode, args)
+    except UserFacingError as e:  # e.g. a store whose index does not match its frames: refused, nothing deleted
+        print(f"recorder_node: error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

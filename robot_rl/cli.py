@@ -123,15 +123,22 @@ def _cmd_record(args) -> int:
     from robot_rl.sim import get_task
 
     get_task(args.task)
-    summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
-                              seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
-                              cameras=tuple(args.cameras), keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
-                              hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
-                              hold_rise=args.hold_rise, hold_release=args.hold_release,
-                              continue_after_success=args.continue_after_success,
-                              policy=args.policy, on_episode=lambda index, success: print(
-                                  f"record: episode {index} committed ({'success' if success else 'failure'})",
-                                  file=sys.stderr, flush=True))
+    try:
+        summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
+                                  seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
+                                  cameras=tuple(args.cameras), keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
+                                  hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
+                                  hold_rise=args.hold_rise, hold_release=args.hold_release,
+                                  continue_after_success=args.continue_after_success,
+                                  policy=args.policy, on_episode=lambda index, success: print(
+                                      f"record: episode {index} committed ({'success' if success else 'failure'})",
+                                      file=sys.stderr, flush=True))
+    except KeyboardInterrupt:  # the committed episodes stay in the store; the one cut off never reads as one
+        from robot_rl.data.store import EpisodeStore
+
+        kept = len(EpisodeStore.open(args.out)) if Path(args.out).exists() else 0
+        print(f"robot-rl: interrupted: {args.out} keeps the {kept} episodes committed before", file=sys.stderr)
+        return 130
     print(json.dumps(summary))
     return 0
 
@@ -140,6 +147,8 @@ def _cmd_data(args) -> int:
     from robot_rl.data import tools
 
     command = args.data_command
+    if command == "check":
+        return _data_check(args.store, args.repair)
     if command == "info":
         result = tools.info(args.store)
     elif command == "view":
@@ -152,6 +161,30 @@ def _cmd_data(args) -> int:
         result = tools.split(args.store, args.out, args.episodes)
     print(json.dumps(result))
     return 0
+
+
+def _data_check(store: str, repair: bool) -> int:
+    """A line per episode (ok or what is damaged), what is wrong beyond episodes, the way out,
+    then the report as JSON. Exit status 0 for a sound store, 1 for a damaged one."""
+    from robot_rl.data.check import check_store
+
+    report = check_store(store, repair=repair)
+    if report["repaired"]:
+        print(f"repaired: {report['repaired']}")
+    for i in range(report["episodes"]):
+        problems = report["episode_problems"].get(str(i))
+        print(f"episode {i}: " + ("DAMAGED: " + "; ".join(problems) if problems else "ok"))
+    for problem in report["problems"]:
+        print(f"store: {problem}")
+    if not report["integrity"]:
+        print("note: an older store without checksums: a garbled chunk shows only where it fails to decode, "
+              "and a missing chunk reads as zeros")
+    if report["fix"]:
+        print(f"to repair (robot-rl data check --repair {store}): {report['fix']}")
+    if report["hint"]:
+        print(f"way out: {report['hint']}")
+    print(json.dumps(report))
+    return 0 if report["ok"] else 1
 
 
 def _cmd_classifier(args) -> int:
@@ -336,11 +369,17 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
     rec.set_defaults(func=_cmd_record, keep="all")
 
-    data = sub.add_parser("data", help="episode stores: info, view, merge, split, export-video").add_subparsers(
+    data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video").add_subparsers(
         dest="data_command", required=True)
     d_info = data.add_parser("info", help="episodes, lengths, success rate, intervention share")
     d_info.add_argument("store")
     d_info.set_defaults(func=_cmd_data)
+    d_check = data.add_parser("check", help="verify every chunk of every committed episode (exit 1 if damaged)")
+    d_check.add_argument("store")
+    d_check.add_argument("--repair", action="store_true",
+                         help="drop frames no episode commits and rebuild a damaged index from the has_action flags "
+                              "(never drops a committed episode)")
+    d_check.set_defaults(func=_cmd_data)
     d_view = data.add_parser("view", help="a GIF of chosen episodes with reward/intervention overlay")
     d_view.add_argument("store")
     d_view.add_argument("--episodes", help="e.g. 0,3,5-9 (default: all)")

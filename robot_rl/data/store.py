@@ -9,15 +9,20 @@ Layout (the diffusion_policy / UMI convention, time first)::
 
 An episode of L control steps is L + 1 frames: frame t holds the observation at step t, the
 action taken there, the reward it earned and the flags of that transition; the last frame
-holds the final observation (its action is zero, ``has_action`` is False). So a store
-replays into (obs, action, reward, next_obs) transitions with nothing stored twice.
+holds the final observation (its action is zero, ``has_action`` is False, and only there).
+So a store replays into (obs, action, reward, next_obs) transitions with nothing stored twice.
 
 Crash safety: Zarr's local store replaces every file atomically (temporary file + rename),
 and an episode is committed by writing ``meta/episode_ends`` *after* all its frames. A
-writer killed at any moment leaves frames past the last end (dropped with a warning when
-the store is next opened for appending) and, at worst, an index entry whose value was never
-written (it reads as the fill value 0 and is dropped). Chunks shared with earlier episodes
-(image shards, numeric chunks) are rewritten whole, old or new, never half.
+writer killed at any moment leaves every committed episode readable; what it cut off is
+cleaned up when the store is next opened for appending (index.py says exactly what, and
+refuses an index that does not match the frames instead of guessing).
+
+Integrity (stores made since the ``integrity`` attribute): every chunk ends in a CRC-32C
+checksum and every chunk of written frames is on disk (Zarr's ``write_empty_chunks``), so a
+garbled chunk fails its checksum and a missing one is damage rather than zeros. Reads check
+the chunks they touch; ``robot-rl data check`` (check.py) verifies a whole store. Older
+stores still open: a missing chunk there reads as zeros, as Zarr has it.
 """
 
 from __future__ import annotations
@@ -29,13 +34,17 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
+from robot_rl.data import chunks
+from robot_rl.data.index import IndexPlan, plan
 from robot_rl.data.jpeg import JpegCodec  # registers the optional lossy codec with Zarr
+from robot_rl.data.output import remove, written_whole
 from robot_rl.errors import UserFacingError
 
 SCHEMA_VERSION = 1
 FORMAT = "robot_rl.episodes"
+INTEGRITY = "crc32c"  # attrs["integrity"]: every chunk checksummed, every chunk of written frames on disk
 # Per-frame bookkeeping every store has, besides the observation fields and the action.
 FRAME_FIELDS: dict[str, np.dtype] = {
     "reward": np.dtype(np.float32),
@@ -43,24 +52,36 @@ FRAME_FIELDS: dict[str, np.dtype] = {
     "truncated": np.dtype(bool),
     "is_intervention": np.dtype(bool),
     "success": np.dtype(bool),  # label per frame: the task is in a success state at this observation
-    "has_action": np.dtype(bool),  # False on the final frame of each episode
+    "has_action": np.dtype(bool),  # False on the final frame of each episode, and only there
     "timestamp": np.dtype(np.float64),  # seconds since the episode started
 }
 IMAGE_SHARD_FRAMES = 64  # frames per image file (one chunk per frame inside); chosen by `bench data`
 NUMERIC_CHUNK_FRAMES = 1024  # numeric arrays: an append rewrites at most two small chunks
+INDEX_CHUNK = 4096
+WRITE_EVERY_CHUNK = {"write_empty_chunks": True}  # an all-zero chunk is written too, so a missing one is damage
 
 
 class StoreError(UserFacingError):
     """The path is not a readable episode store, or a request does not fit it."""
 
 
+class DamagedStoreError(StoreError):
+    """A chunk file of the store is missing or unreadable (``where``: which, in short)."""
+
+    def __init__(self, store: Path, damage: chunks.Damage, units: tuple[str, str] = ("frame", "frames")):
+        first, last = damage.start, damage.stop - 1
+        span = f"{units[0]} {first}" if first == last else f"{units[1]} {first}-{last}"
+        self.where = f"{damage.file.relative_to(store)}: {damage.why} ({span})"
+        super().__init__(_damaged(damage.file, f"{damage.why} ({span})", store))
+
+
 def image_codecs(name: str) -> tuple:
     """(serializer, compressors) for per-frame image chunks: "lossless" (Blosc zstd, byte
-    shuffle) or "jpeg"."""
+    shuffle) or "jpeg"; both end in a CRC-32C checksum."""
     if name == "lossless":
-        return "auto", [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle")]
+        return "auto", [BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"), Crc32cCodec()]
     if name == "jpeg":
-        return JpegCodec(quality=90), None
+        return JpegCodec(quality=90), [Crc32cCodec()]
     raise StoreError(f"unknown image codec {name!r}: use 'lossless' or 'jpeg'")
 
 
@@ -68,12 +89,19 @@ class EpisodeStore:
     """Create or open a store; ``add_episode``, ``get_episode``, ``len``, iteration, slicing."""
 
     def __init__(self, group: zarr.Group, path: Path):
-        self.group, self.path = group, path
+        """The store's arrays, loaded without judging its index (``open`` does that)."""
+        self.group, self.path = group, Path(path)
         self.attrs = dict(group.attrs)
+        self.every_chunk_written = self.attrs.get("integrity") == INTEGRITY
         self.data = group["data"]
-        self._ends_array = group["meta/episode_ends"]
-        self.fields = {k: (tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self.data.arrays()}
-        self._ends = self._valid_ends()
+        # the index before the frames: a writer appending meanwhile grows the frames first
+        self._ends_array = self._array("meta/episode_ends")
+        self._entries = self._read_entries()
+        self.arrays = {name: self._array(f"data/{name}")
+                       for name in sorted(p.name for p in (self.path / "data").iterdir() if p.is_dir())}
+        self.fields = {k: (tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self.arrays.items()}
+        self._ends = np.zeros(0, np.int64)
+        self._judged = False  # the index was checked (open) or made here (create): appending is safe
 
     # ---- create / open ---------------------------------------------------------------------
     @classmethod
@@ -81,7 +109,8 @@ class EpisodeStore:
                control_hz: float, cameras: dict[str, tuple[int, int]] | None = None, images: str = "lossless",
                overwrite: bool = False, **attrs) -> "EpisodeStore":
         """``fields``: observation and action fields, ``{key: (frame_shape, dtype)}``; every key
-        named in ``cameras`` is a uint8 [H, W, 3] image stored one frame per chunk."""
+        named in ``cameras`` is a uint8 [H, W, 3] image stored one frame per chunk. The empty
+        store appears at ``path`` whole (made aside, then renamed)."""
         path = Path(path)
         cameras = {k: tuple(int(x) for x in v) for k, v in (cameras or {}).items()}
         if path.exists() and not overwrite:
@@ -94,31 +123,37 @@ class EpisodeStore:
         for cam, (h, w) in cameras.items():
             if cam not in fields or tuple(fields[cam][0]) != (h, w, 3) or np.dtype(fields[cam][1]) != np.uint8:
                 raise StoreError(f"camera {cam!r} needs a uint8 field of shape ({h}, {w}, 3)")
-        root = zarr.open_group(str(path), mode="w" if overwrite else "w-")
-        root.attrs.update({"format": FORMAT, "schema_version": SCHEMA_VERSION, "task": task, "robot": robot,
-                           "control_hz": float(control_hz), "cameras": {k: list(v) for k, v in cameras.items()},
-                           "image_codec": images, **attrs})
-        data = root.create_group("data")
-        all_fields = {**{k: (tuple(s), np.dtype(d)) for k, (s, d) in fields.items()},
-                      **{k: ((), d) for k, d in FRAME_FIELDS.items()}}
-        for key, (shape, dtype) in all_fields.items():
-            shards = None
-            if key in cameras:
-                chunks, shards = (1, *shape), (IMAGE_SHARD_FRAMES, *shape)
-                serializer, compressors = image_codecs(images)
-            else:
-                chunks = (NUMERIC_CHUNK_FRAMES, *shape)
-                compressors, serializer = [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")], "auto"
-            data.create_array(key, shape=(0, *shape), chunks=chunks, shards=shards, dtype=dtype, fill_value=0,
-                              compressors=compressors, serializer=serializer)
-        meta = root.create_group("meta")
-        meta.create_array("episode_ends", shape=(0,), chunks=(4096,), dtype=np.int64, fill_value=0,
-                          compressors=None)
-        return cls(root, path)
+        image_codecs(images)
+        if overwrite:
+            remove(path)
+        with written_whole(path) as tmp:
+            root = zarr.open_group(str(tmp), mode="w-")
+            root.attrs.update({"format": FORMAT, "schema_version": SCHEMA_VERSION, "integrity": INTEGRITY,
+                               "task": task, "robot": robot, "control_hz": float(control_hz),
+                               "cameras": {k: list(v) for k, v in cameras.items()}, "image_codec": images, **attrs})
+            data = root.create_group("data")
+            all_fields = {**{k: (tuple(s), np.dtype(d)) for k, (s, d) in fields.items()},
+                          **{k: ((), d) for k, d in FRAME_FIELDS.items()}}
+            for key, (shape, dtype) in all_fields.items():
+                shards = None
+                if key in cameras:
+                    chunk_shape, shards = (1, *shape), (IMAGE_SHARD_FRAMES, *shape)
+                    serializer, compressors = image_codecs(images)
+                else:
+                    chunk_shape, serializer = (NUMERIC_CHUNK_FRAMES, *shape), "auto"
+                    compressors = [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"), Crc32cCodec()]
+                data.create_array(key, shape=(0, *shape), chunks=chunk_shape, shards=shards, dtype=dtype,
+                                  fill_value=0, compressors=compressors, serializer=serializer)
+            root.create_group("meta").create_array("episode_ends", shape=(0,), chunks=(INDEX_CHUNK,), dtype=np.int64,
+                                                   fill_value=0, compressors=[Crc32cCodec()])
+        store = cls(zarr.open_group(str(path), mode="r+"), path)
+        store._judged = True
+        return store
 
     @classmethod
-    def open(cls, path, mode: str = "r") -> "EpisodeStore":
-        """``mode`` "r" (read only) or "a" (append: frames of an episode cut off by a crash are dropped)."""
+    def load(cls, path, mode: str = "r") -> "EpisodeStore":
+        """The store at ``path`` with its index not yet judged (``inspect_index``): for tools
+        that look into a damaged store. Everyone else uses ``open``."""
         if mode not in ("r", "a"):
             raise StoreError(f"mode must be 'r' or 'a', got {mode!r}")
         path = Path(path)
@@ -127,42 +162,85 @@ class EpisodeStore:
         try:
             root = zarr.open_group(str(path), mode="r" if mode == "r" else "r+")
         except Exception as e:  # noqa: BLE001 - any zarr failure means the same thing to the user
-            raise StoreError(f"{path} is not a readable Zarr store: {e}") from e
+            raise StoreError(f"{path / 'zarr.json'}: not a readable Zarr store ({chunks.brief(e)})") from e
         attrs = dict(root.attrs)
         if attrs.get("format") != FORMAT:
             raise StoreError(f"{path} is a Zarr store but not a robot_rl episode store (format {attrs.get('format')!r})")
         version = attrs.get("schema_version")
         if version != SCHEMA_VERSION:
             raise StoreError(f"{path} has schema version {version}; this robot_rl reads version {SCHEMA_VERSION}")
-        for required in ("data", "meta/episode_ends", "data/action", *(f"data/{k}" for k in FRAME_FIELDS)):
-            if required not in root:
+        for required in ("data", "meta", "meta/episode_ends", "data/action", *(f"data/{k}" for k in FRAME_FIELDS)):
+            if not (path / required / "zarr.json").is_file():
                 raise StoreError(f"{path} is missing '{required}'")
-        store = cls(root, path)
-        if mode == "a":
-            store._drop_partial()
+        for group in ("data", "meta"):
+            try:
+                root[group]
+            except Exception as e:  # noqa: BLE001
+                why = f"unreadable group metadata ({chunks.brief(e)})"
+                raise StoreError(_damaged(path / group / "zarr.json", why)) from e
+        return cls(root, path)
+
+    @classmethod
+    def open(cls, path, mode: str = "r") -> "EpisodeStore":
+        """``mode`` "r" (read only) or "a" (append). Either refuses a store whose index does not
+        match its frames, changing nothing; "a" cleans up what a writer killed mid-episode left."""
+        store = cls.load(path, mode)
+        found = store.inspect_index()
+        if found.problem:
+            fix = (f"run `robot-rl data check --repair {store.path}`" if found.fix else
+                   f"`robot-rl data check {store.path}` shows what is damaged; restore it from a backup")
+            raise StoreError(f"{store.path}: {found.problem}; nothing was changed: {fix}")
+        if mode == "a" and found.fix:
+            warnings.warn(f"{store.path}: {found.fix}", stacklevel=2)
+            store.apply(found)
+        store._ends, store._judged = found.ends, True
         return store
 
     # ---- index --------------------------------------------------------------------------------
-    def _valid_ends(self) -> np.ndarray:
-        """The committed episode ends: strictly increasing and within the frames written."""
-        ends = np.asarray(self._ends_array[:], dtype=np.int64)
-        frames = self.data["action"].shape[0]
-        valid = len(ends)
-        for i, end in enumerate(ends):
-            if end <= (ends[i - 1] if i else 0) or end > frames:
-                valid = i
-                break
-        return ends[:valid]
+    def inspect_index(self) -> IndexPlan:
+        """The stored index judged against the frames (index.py), nothing changed."""
+        lengths = {k: a.shape[0] for k, a in self.arrays.items()}
+        held = min(lengths.values())
+        entries = self._entries
+        claimed = max((int(e) for e in entries if 0 < e <= held), default=0) if not isinstance(entries, str) else 0
+        try:
+            flags = self._read(self.arrays["has_action"], self.path / "data/has_action", 0, held, verify_until=claimed)
+        except StoreError as e:
+            flags = getattr(e, "where", str(e))
+        found = plan(entries, self._ends_array.shape[0], lengths, flags)
+        if found.problem and found.fix and found.frames > claimed:  # a rebuild trusts flags past the stored index
+            try:
+                self._read(self.arrays["has_action"], self.path / "data/has_action", claimed, found.frames)
+            except StoreError as e:
+                why = getattr(e, "where", str(e))
+                return IndexPlan(found.ends[:0], problem=f"{found.problem}; it cannot be rebuilt ({why})")
+        return found
 
-    def _drop_partial(self) -> None:
-        committed = int(self._ends[-1]) if len(self._ends) else 0
-        extra_frames = any(a.shape[0] != committed for _, a in self.data.arrays())
-        if len(self._ends) != self._ends_array.shape[0] or extra_frames:
-            warnings.warn(f"{self.path}: dropping an episode that was not completed (a writer stopped mid-episode)",
-                          stacklevel=3)
-            self._ends_array.resize((len(self._ends),))
-            for _, array in self.data.arrays():
-                array.resize((committed, *array.shape[1:]))
+    def apply(self, found: IndexPlan) -> None:
+        """Make the store what ``found`` says (the index first, then the frames past its end)."""
+        if self.group.read_only:
+            raise StoreError(f"{self.path} is open read-only; open it with mode='a' to change it")
+        stored = None if isinstance(self._entries, str) else self._entries
+        if stored is None or not np.array_equal(stored, found.ends):
+            if self._ends_array.shape[0] != len(found.ends):
+                self._ends_array.resize((len(found.ends),))
+            if len(found.ends):
+                self._ends_array[:] = found.ends
+            self._entries = found.ends.copy()
+        for array in self.arrays.values():
+            if array.shape[0] > found.frames:
+                array.resize((found.frames, *array.shape[1:]))
+        self._ends = found.ends
+
+    def _read_entries(self) -> np.ndarray | str:
+        """The stored index, or why it cannot be read (its last entry may be missing: a writer
+        killed between growing the index and writing the entry)."""
+        n = self._ends_array.shape[0]
+        try:
+            return self._read(self._ends_array, self.path / "meta/episode_ends", 0, n, verify_until=n - 1,
+                              units=("entry", "entries"))
+        except StoreError as e:
+            return getattr(e, "where", str(e))
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -197,13 +275,44 @@ class EpisodeStore:
         return self.read(start, stop, keys)
 
     def read(self, start: int, stop: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Frames [start, stop) of the chosen fields (only the chunks they touch are read)."""
-        keys = list(self.data.array_keys()) if keys is None else keys
-        missing = [k for k in keys if k not in self.data]
+        """Frames [start, stop) of the chosen fields (only the chunks they touch are read, and
+        checked: a missing or damaged one is a StoreError naming its file)."""
+        keys = list(self.arrays) if keys is None else keys
+        missing = [k for k in keys if k not in self.arrays]
         if missing:
-            raise StoreError(f"no field {missing} in {self.path}; it has {sorted(self.data.array_keys())}")
+            raise StoreError(f"no field {missing} in {self.path}; it has {sorted(self.arrays)}")
         stop = min(stop, self.n_frames)
-        return {k: self.data[k][start:stop] for k in keys}
+        return {k: self._read(self.arrays[k], self.path / "data" / k, start, stop) for k in keys}
+
+    def _read(self, array: zarr.Array, folder: Path, start: int, stop: int, verify_until: int | None = None,
+              units: tuple[str, str] = ("frame", "frames")) -> np.ndarray:
+        """``array[start:stop]``; the chunks of items before ``verify_until`` (default: all) must be
+        on disk. A missing or damaged chunk raises DamagedStoreError naming its file."""
+        for chunk in chunks.chunks_of(array, folder, start, stop if verify_until is None else min(stop, verify_until)):
+            damage = chunks.missing(array, chunk, self.every_chunk_written)
+            if damage:
+                raise DamagedStoreError(self.path, damage[0], units)
+        try:
+            return array[start:stop]
+        except Exception as e:  # noqa: BLE001 - a codec failing on a chunk: find and name the file
+            for chunk in chunks.chunks_of(array, folder, start, stop):
+                damage = chunks.undecodable(array, chunk)
+                if damage:
+                    raise DamagedStoreError(self.path, damage[0], units) from e
+            raise StoreError(_damaged(folder, f"{units[1]} {start}-{stop - 1} cannot be read ({chunks.brief(e)})",
+                                      self.path)) from e
+
+    def _array(self, key: str) -> zarr.Array:
+        file = self.path / key / "zarr.json"
+        if not file.is_file():
+            raise StoreError(_damaged(file, "missing (the array's metadata)"))
+        try:
+            array = self.group[key]
+        except Exception as e:  # noqa: BLE001 - garbled JSON, unknown codec, ...: the file is damaged
+            raise StoreError(_damaged(file, f"unreadable array metadata ({chunks.brief(e)})")) from e
+        if not isinstance(array, zarr.Array):
+            raise StoreError(_damaged(file, "a group where an array belongs"))
+        return array.with_config(WRITE_EVERY_CHUNK)
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         return self.get_episode(index)
@@ -218,16 +327,20 @@ class EpisodeStore:
         Visible to readers only once this returns."""
         if self.group.read_only:
             raise StoreError(f"{self.path} is open read-only; open it with mode='a' to append")
+        if not self._judged:
+            raise StoreError(f"{self.path} was loaded without checking its index; open it with "
+                             "EpisodeStore.open(path, mode='a') to append")
         frames = self._check_episode(episode)
         start = self.n_frames
         stop = start + frames
-        for key, array in self.data.arrays():
+        for key, array in self.arrays.items():
             array.resize((stop, *array.shape[1:]))
             array[start:stop] = np.asarray(episode[key], dtype=array.dtype)
         n = len(self._ends)
         self._ends_array.resize((n + 1,))
         self._ends_array[n] = stop  # the commit: written last
         self._ends = np.append(self._ends, stop)
+        self._entries = self._ends.copy()
         return n
 
     def _check_episode(self, episode: dict[str, np.ndarray]) -> int:
@@ -245,6 +358,10 @@ class EpisodeStore:
             got = tuple(np.asarray(episode[key]).shape[1:])
             if got != shape:
                 raise StoreError(f"field {key!r} has frames of shape {got}, the store holds {shape}")
+        has_action = np.asarray(episode["has_action"], bool)
+        if not has_action[:-1].all() or has_action[-1]:
+            raise StoreError("has_action must be True on every frame of an episode but the last (the final "
+                             "observation), and False there")
         return frames
 
     def nbytes_stored(self) -> int:
@@ -254,3 +371,10 @@ class EpisodeStore:
     def nbytes_raw(self) -> int:
         frames = self.n_frames
         return sum(frames * math.prod(shape) * dtype.itemsize for shape, dtype in self.fields.values())
+
+
+def _damaged(file: Path, what: str, store: Path | None = None) -> str:
+    """One line naming the damaged file and the way on: ``data check`` for chunks (it lists the
+    episodes they hold), a backup for metadata (without it nothing of the array can be read)."""
+    way_on = f"`robot-rl data check {store}` lists what it affects" if store else "restore this file from a backup"
+    return f"{file}: {what}; the store is damaged: {way_on}"

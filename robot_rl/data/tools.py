@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.data.output import written_whole
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
 
 
@@ -22,7 +23,8 @@ def info(path: str | Path) -> dict:
     return {
         "path": str(path), "task": store.attrs.get("task"), "robot": store.attrs.get("robot"),
         "control_hz": store.attrs.get("control_hz"), "cameras": {k: list(v) for k, v in store.cameras.items()},
-        "image_codec": store.attrs.get("image_codec"), "episodes": len(store), "frames": store.n_frames,
+        "image_codec": store.attrs.get("image_codec"), "integrity": store.attrs.get("integrity"),
+        "episodes": len(store), "frames": store.n_frames,
         "steps": steps, "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
         "min_length": int(lengths.min()) if len(lengths) else 0, "max_length": int(lengths.max()) if len(lengths) else 0,
         "success_rate": float(np.mean(successes)) if successes else 0.0,
@@ -42,6 +44,8 @@ def parse_episodes(spec: str | None, n: int) -> list[int]:
         try:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-"))
+                if lo > hi:
+                    raise StoreError(f"episode range {part!r} runs backwards; write it low to high ({hi}-{lo})")
                 chosen.extend(range(lo, hi + 1))
             else:
                 chosen.append(int(part))
@@ -53,19 +57,40 @@ def parse_episodes(spec: str | None, n: int) -> list[int]:
     return chosen
 
 
+def format_episodes(indices: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (what ``parse_episodes`` reads)."""
+    parts: list[str] = []
+    for i in sorted(indices):
+        if parts and i == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{i}"
+        else:
+            parts.append(str(i))
+    return ",".join(parts)
+
+
+def _new_output(out: str | Path) -> Path:
+    out = Path(out)
+    if out.exists():
+        raise StoreError(f"{out} already exists; choose a new path for the output")
+    return out
+
+
 def create_like(store: EpisodeStore, out: str | Path) -> EpisodeStore:
     fields = {k: v for k, v in store.fields.items() if k not in FRAME_FIELDS}
     attrs = {k: v for k, v in store.attrs.items()
-             if k not in ("format", "schema_version", "task", "robot", "control_hz", "cameras", "image_codec")}
+             if k not in ("format", "schema_version", "integrity", "task", "robot", "control_hz", "cameras",
+                          "image_codec")}
     return EpisodeStore.create(out, fields, task=store.attrs["task"], robot=store.attrs["robot"],
                                control_hz=store.attrs["control_hz"], cameras=store.cameras,
                                images=store.attrs.get("image_codec", "lossless"), **attrs)
 
 
 def merge(out: str | Path, inputs: list[str | Path]) -> dict:
-    """Episodes of every input, in order, into a new store (fields and cameras must agree)."""
+    """Episodes of every input, in order, into a new store (fields and cameras must agree). The
+    output appears at ``out`` only once complete."""
     if not inputs:
         raise StoreError("merge needs at least one input store")
+    out = _new_output(out)
     stores = [EpisodeStore.open(p) for p in inputs]
     first = stores[0]
     for other in stores[1:]:
@@ -74,20 +99,23 @@ def merge(out: str | Path, inputs: list[str | Path]) -> dict:
         if other.attrs.get("task") != first.attrs.get("task"):
             raise StoreError(f"{other.path} holds {other.attrs.get('task')!r} episodes, {first.path} "
                              f"{first.attrs.get('task')!r}; cannot merge")
-    target = create_like(first, out)
-    for store in stores:
-        for episode in store:
-            target.add_episode(episode)
+    with written_whole(out) as tmp:
+        target = create_like(first, tmp)
+        for store in stores:
+            for episode in store:
+                target.add_episode(episode)
     return {"path": str(out), "episodes": len(target)}
 
 
 def split(path: str | Path, out: str | Path, episodes: str) -> dict:
-    """The chosen episodes ("0,3,5-9") into a new store."""
+    """The chosen episodes ("0,3,5-9") into a new store, which appears at ``out`` only once complete."""
+    out = _new_output(out)
     store = EpisodeStore.open(path)
     chosen = parse_episodes(episodes, len(store))
-    target = create_like(store, out)
-    for i in chosen:
-        target.add_episode(store.get_episode(i))
+    with written_whole(out) as tmp:
+        target = create_like(store, tmp)
+        for i in chosen:
+            target.add_episode(store.get_episode(i))
     return {"path": str(out), "episodes": len(target)}
 
 
@@ -131,10 +159,11 @@ def export_video(path: str | Path, out: str | Path, episodes: str | None = None,
             frames.append(overlay(image, label, bool(ep["is_intervention"][t]), float(ep["reward"][t])))
     fps = fps or float(store.attrs.get("control_hz", 10))
     frames = np.stack(frames)
-    if out.suffix.lower() == ".gif":
-        iio.imwrite(out, frames, duration=1000 / fps, loop=0)
-    else:
-        pad_h, pad_w = (-frames.shape[1]) % 2, (-frames.shape[2]) % 2  # yuv420p needs even sizes
-        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)))
-        iio.imwrite(out, frames, fps=fps, plugin="pyav", codec="libx264")
+    with written_whole(out) as tmp:  # an existing video is replaced, never left half-written
+        if out.suffix.lower() == ".gif":
+            iio.imwrite(tmp, frames, duration=1000 / fps, loop=0)
+        else:
+            pad_h, pad_w = (-frames.shape[1]) % 2, (-frames.shape[2]) % 2  # yuv420p needs even sizes
+            frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)))
+            iio.imwrite(tmp, frames, fps=fps, plugin="pyav", codec="libx264")
     return {"path": str(out), "episodes": len(chosen), "frames": len(frames)}

@@ -2,6 +2,9 @@
 
 usage: python record_forever.py STORE   (creates the store if needed, else appends)
 Episode i is ``synthetic_episode(i)``, so a reader can check any committed episode bit for bit.
+Every file Zarr writes is reported (``wrote KEY``) and waits for ``go`` on stdin (write_gate.py),
+so the test kills it right after a write of its choosing. Prints ``ready N`` once the store is
+open (N episodes in it) and ``committed I`` after each ``add_episode`` returns.
 """
 
 import sys
@@ -10,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.data.store import EpisodeStore
+sys.path.insert(0, str(Path(__file__).parent))
+from write_gate import install  # noqa: E402
+
+from robot_rl.data.store import EpisodeStore  # noqa: E402
 
 FIELDS = {"state": ((20,), np.float32), "action": ((7,), np.float32), "front": ((48, 48, 3), np.uint8),
           "wrist": ((48, 48, 3), np.uint8)}
@@ -36,6 +42,7 @@ def synthetic_episode(index: int) -> dict:
 
 
 def main(path: str) -> None:
+    install()
     if Path(path).exists():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a cut-off episode from the last kill is expected

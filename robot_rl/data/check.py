@@ -1,0 +1,78 @@
+"""``robot-rl data check STORE [--repair]``: verify every chunk of every committed episode.
+
+``check_store`` reads the whole store chunk by chunk: the index against the has_action flags
+(index.py), then every file of every array over the committed frames, present (in stores that
+write every chunk) and decoding (checksums, compressed streams). It reports per episode.
+``repair=True`` applies only what is provable: it drops frames no index entry commits and
+rebuilds an index that does not match the frames from the flags; a damaged chunk is left as
+it is (restore it from a backup, or split the good episodes out), and no committed episode is
+ever dropped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from robot_rl.data import chunks
+from robot_rl.data.store import INTEGRITY, EpisodeStore
+from robot_rl.data.tools import format_episodes
+
+
+def check_store(path: str | Path, repair: bool = False) -> dict:
+    """A report of the store at ``path``::
+
+        {"path", "ok": every committed episode verified and the index usable as it is,
+         "integrity": "crc32c" or None (an older store: no checksums, missing chunks read as zeros),
+         "episodes": n, "damaged_episodes": [i, ...], "episode_problems": {"i": ["file: what", ...]},
+         "problems": [what is wrong beyond single episodes: the index, frames outside any episode],
+         "fix": what `--repair` (or, where it is automatic, the next open for appending) changes, or None,
+         "repaired": what this call changed (repair=True), or None,
+         "hint": the way out when episodes are damaged, or None}
+
+    Raises StoreError (one line naming the file) only when the store cannot be opened at all."""
+    path = Path(path)
+    store = EpisodeStore.load(path, "a" if repair else "r")
+    found = store.inspect_index()
+    repaired = None
+    if repair and found.fix:
+        store.apply(found)
+        repaired = found.fix
+        store = EpisodeStore.load(path, "r")
+        found = store.inspect_index()
+    usable = found.problem is None or found.fix is not None
+    ends = found.ends
+    span = found.frames if usable else min(a.shape[0] for a in store.arrays.values())
+    problems = [f"index: {found.problem}"] if found.problem else []
+    per_episode: dict[int, list[str]] = {}
+    for key, array in store.arrays.items():
+        folder = store.path / "data" / key
+        for chunk in chunks.chunks_of(array, folder, 0, min(span, array.shape[0])):
+            for damage in (chunks.missing(array, chunk, store.every_chunk_written)
+                           or chunks.undecodable(array, chunk)):
+                text = f"{damage.file.relative_to(store.path)}: {damage.why}"
+                hit = _episodes_in(ends, damage.start, damage.stop)
+                for i in hit:
+                    per_episode.setdefault(i, []).append(text)
+                if not hit:
+                    problems.append(f"{text} (frames {damage.start}-{damage.stop - 1})")
+    damaged = sorted(per_episode)
+    good = [i for i in range(len(ends)) if i not in per_episode]
+    hint = None
+    if damaged:
+        hint = "restore the damaged files from a backup"
+        if good:
+            hint += (f", or keep the good episodes: robot-rl data split {path} --episodes {format_episodes(good)} "
+                     "--out NEW")
+    return {"path": str(path), "ok": not problems and not damaged,
+            "integrity": INTEGRITY if store.every_chunk_written else None, "episodes": len(ends), "damaged_episodes": damaged,
+            "episode_problems": {str(i): per_episode[i] for i in damaged}, "problems": problems,
+            "fix": found.fix, "repaired": repaired, "hint": hint}
+
+
+def _episodes_in(ends: np.ndarray, start: int, stop: int) -> list[int]:
+    """Indices of the episodes holding any of frames [start, stop)."""
+    first = int(np.searchsorted(ends, start, side="right"))
+    last = int(np.searchsorted(ends, stop - 1, side="right"))
+    return list(range(first, min(last + 1, len(ends))))

@@ -1,0 +1,98 @@
+"""The episode index (``meta/episode_ends``) checked against the frames it indexes.
+
+Two records say where episodes end: the index, and the ``has_action`` flag of every frame
+(False only on an episode's last frame). ``add_episode`` writes all frames first, then grows
+the index by one entry, then writes that entry. A writer killed at any moment therefore
+leaves one of two things after an index that agrees with the flags, and nothing else:
+
+* frames after the last committed end (an episode cut off mid-write): provably uncommitted,
+  they are dropped when the store is next opened for appending;
+* a last index entry that was grown but never written (it reads as the fill value 0): every
+  frame of its episode was written before the index grew, so the entry is completed from the
+  flags (or dropped, when no frames follow the last end).
+
+Anything else is damage, and the store is refused: nothing is ever dropped on a guess. Then
+``robot-rl data check --repair`` rebuilds the index from the flags, which it only does when
+they show at least as many complete episodes as the index has entries (the index's length,
+like its entries, is written only after the frames it counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """What the store holds once the plan is applied, and what applying it changes."""
+
+    ends: np.ndarray  # exclusive end frame of every episode
+    problem: str | None = None  # why the stored index cannot be used as it is (the store is refused)
+    fix: str | None = None  # what applying the plan changes on disk, in words; None: nothing (or no fix)
+
+    @property
+    def frames(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+
+def complete_episode_ends(has_action: np.ndarray) -> np.ndarray:
+    """Ends of the well-formed episodes (>= 2 frames, only the last without an action) from
+    frame 0 on, up to the first frame that breaks the pattern."""
+    ends = np.flatnonzero(~np.asarray(has_action, bool)) + 1
+    too_short = np.flatnonzero(np.diff(ends, prepend=0) < 2)
+    return ends[: too_short[0] if len(too_short) else len(ends)].astype(np.int64)
+
+
+def plan(entries: np.ndarray | str, n_entries: int, lengths: dict[str, int], has_action: np.ndarray | str) -> IndexPlan:
+    """``entries``: the stored index, or why it cannot be read; ``n_entries``: its length;
+    ``lengths``: frames of every data array; ``has_action``: the flags of the frames every
+    array holds, or why they cannot be read."""
+    held, longest = min(lengths.values()), max(lengths.values())
+    empty = np.zeros(0, np.int64)
+    if isinstance(has_action, str):
+        return IndexPlan(empty, problem=has_action)
+    complete = complete_episode_ends(has_action)
+    if isinstance(entries, str):
+        problem = entries
+    else:
+        entries = np.asarray(entries, np.int64)
+        unwritten = n_entries > 0 and entries[-1] == 0
+        head = entries[:-1] if unwritten else entries
+        problem = _disagreement(head, lengths, complete)
+        if problem is None:
+            last = int(head[-1]) if len(head) else 0
+            if not unwritten:
+                cut = longest - last
+                return IndexPlan(head, fix=f"drop {cut} frames of an episode that was not completed (a writer stopped "
+                                           f"mid-episode)" if cut else None)
+            if longest == last:
+                return IndexPlan(head, fix=f"drop index entry {n_entries - 1}: it was never written and no frames follow")
+            if len(complete) > len(head) and complete[len(head)] == held == longest:
+                return IndexPlan(complete[:n_entries], fix=f"complete index entry {n_entries - 1}: every frame of its "
+                                                           "episode was written, the entry was not")
+            problem = (f"index entry {n_entries - 1} was never written, and the {longest - last} frames after the last "
+                       "committed episode are not one complete episode")
+    if len(complete) >= n_entries:
+        dropped = longest - (int(complete[n_entries - 1]) if n_entries else 0)
+        return IndexPlan(complete[:n_entries], problem=problem,
+                         fix=f"rebuild the index of {n_entries} episodes from the has_action flags"
+                             + (f" and drop the {dropped} frames after them (no entry commits them)" if dropped else ""))
+    return IndexPlan(empty, problem=f"{problem}; the has_action flags show only {len(complete)} complete episodes "
+                                    f"for its {n_entries} entries, so it cannot be rebuilt")
+
+
+def _disagreement(ends: np.ndarray, lengths: dict[str, int], complete: np.ndarray) -> str | None:
+    """Why index entries ``ends`` do not match the frames, or None."""
+    shortest = min(lengths, key=lengths.get)
+    for i, end in enumerate(int(e) for e in ends):
+        before = int(ends[i - 1]) if i else 0
+        if end < before + 2:
+            return f"index entry {i} is {end}, not above the end before it ({before}) by a whole episode"
+        if end > lengths[shortest]:
+            return f"index entry {i} is {end}, but data/{shortest} holds only {lengths[shortest]} frames"
+        if i >= len(complete) or complete[i] != end:
+            flags = f"end episode {i} at {complete[i]}" if i < len(complete) else f"show no complete episode {i}"
+            return f"index entry {i} is {end}, but the has_action flags {flags}"
+    return None
