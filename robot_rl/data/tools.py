@@ -68,7 +68,7 @@ def format_episodes(indices: list[int]) -> str:
     return ",".join(parts)
 
 
-def _new_output(out: str | Path) -> Path:
+def new_output(out: str | Path) -> Path:
     out = Path(out)
     if out.exists():
         raise StoreError(f"{out} already exists; choose a new path for the output")
@@ -90,7 +90,7 @@ def merge(out: str | Path, inputs: list[str | Path]) -> dict:
     output appears at ``out`` only once complete."""
     if not inputs:
         raise StoreError("merge needs at least one input store")
-    out = _new_output(out)
+    out = new_output(out)
     stores = [EpisodeStore.open(p) for p in inputs]
     first = stores[0]
     for other in stores[1:]:
@@ -109,7 +109,7 @@ def merge(out: str | Path, inputs: list[str | Path]) -> dict:
 
 def split(path: str | Path, out: str | Path, episodes: str) -> dict:
     """The chosen episodes ("0,3,5-9") into a new store, which appears at ``out`` only once complete."""
-    out = _new_output(out)
+    out = new_output(out)
     store = EpisodeStore.open(path)
     chosen = parse_episodes(episodes, len(store))
     with written_whole(out) as tmp:

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.data.store import EpisodeStore
-from robot_rl.data.tools import create_like
+from robot_rl.data.output import written_whole
+from robot_rl.data.tools import new_output, create_like
 from robot_rl.reward.classifier import ClassifierError, load_classifier
 from robot_rl.reward.training import check_store_fits, train_classifier, training_settings
 
@@ -43,28 +44,30 @@ def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out:
     model, calibration = load_classifier(classifier)
     cameras = list(model.config.cameras)
     target = None
+    out = new_output(out)
     summary = {"rollout_episodes": 0, "rollout_frames": 0, "false_positive_frames": 0, "kept_episodes": 0,
                "kept_frames": 0, "kept_positive_frames": 0, "threshold": calibration.threshold}
-    for path in rollouts:
-        store = EpisodeStore.open(path)
-        check_store_fits(store, model.config)
-        if target is None:
-            target = create_like(store, out)
-        elif store.fields != target.fields:
-            raise ClassifierError(f"{path} has different fields than the other rollout stores")
-        for i in range(len(store)):
-            episode = store.get_episode(i)
-            scores = model.probability({c: episode[c] for c in cameras})
-            false_positive = (scores >= calibration.threshold) & ~episode["success"].astype(bool)
-            summary["rollout_episodes"] += 1
-            summary["rollout_frames"] += len(scores)
-            summary["false_positive_frames"] += int(false_positive.sum())
-            if false_positive.any():
-                kept = cut_episode(episode, int(np.flatnonzero(false_positive)[-1]))
-                target.add_episode(kept)
-                summary["kept_episodes"] += 1
-                summary["kept_frames"] += len(kept["success"])
-                summary["kept_positive_frames"] += int(kept["success"].sum())
+    with written_whole(out) as tmp:  # the output appears whole or not at all
+        for path in rollouts:
+            store = EpisodeStore.open(path)
+            check_store_fits(store, model.config)
+            if target is None:
+                target = create_like(store, tmp)
+            elif store.fields != target.fields:
+                raise ClassifierError(f"{path} has different fields than the other rollout stores")
+            for i in range(len(store)):
+                episode = store.get_episode(i)
+                scores = model.probability({c: episode[c] for c in cameras})
+                false_positive = (scores >= calibration.threshold) & ~episode["success"].astype(bool)
+                summary["rollout_episodes"] += 1
+                summary["rollout_frames"] += len(scores)
+                summary["false_positive_frames"] += int(false_positive.sum())
+                if false_positive.any():
+                    kept = cut_episode(episode, int(np.flatnonzero(false_positive)[-1]))
+                    target.add_episode(kept)
+                    summary["kept_episodes"] += 1
+                    summary["kept_frames"] += len(kept["success"])
+                    summary["kept_positive_frames"] += int(kept["success"].sum())
     summary["path"] = str(out)
     return summary
 
