@@ -122,3 +122,30 @@ def test_hil_bench_quick_gives_every_figure():
         assert figures[f"{task}_with_interventions_curve"] and figures[f"{task}_without_interventions_curve"]
     assert figures["console_inputs_seen"] == figures["console_inputs"]
     assert 0 < figures["console_input_to_command_ms_p50"] <= figures["console_input_to_command_ms_p99"]
+
+
+FAULT_KEYS = ("kills", "committed_episodes_lost", "partial_outputs", "env_steps_lost_per_crash_median",
+              "env_steps_lost_per_crash_max", "corruptions_injected", "corruptions_detected", "learner_restarts_ok")
+
+
+def test_faults_bench_kills_and_corrupts_without_losing_anything(monkeypatch):
+    """The faults benchmark, one kill of each kind: nothing committed is lost, no partial
+    output is left, a killed training resumes from its last checkpoint, a killed learner node
+    comes back, and every injected corruption is detected."""
+    from robot_rl.bench import faults
+
+    monkeypatch.setattr(faults, "QUICK", {"record_kills": 1, "merge_kills": 1, "train_kills": 1, "learner_kills": 1,
+                                          "record_episodes": 2, "merge_episodes": 12, "train_steps": 600,
+                                          "checkpoint_every": 300})
+    said: list[str] = []
+    figures = faults.run(quick=True, log=said.append)
+    for key in FAULT_KEYS:
+        assert isinstance(figures[key], (int, float)), key
+    assert figures["kills"] == 4
+    assert figures["committed_episodes_lost"] == 0 and figures["partial_outputs"] == 0, said
+    assert figures["merge_reruns_ok"] == 1 and figures["record_stores_appendable"] == 1
+    assert figures["train_resumes_ok"] == 1
+    assert 0 <= figures["env_steps_lost_per_crash_max"] <= 300  # at most one checkpoint interval
+    assert figures["corruptions_injected"] == 10 and figures["corruptions_detected"] == 10, figures["corruptions"]
+    if "learner_skipped" not in figures:
+        assert figures["learner_restarts_ok"] == 1, said

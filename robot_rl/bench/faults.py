@@ -45,9 +45,9 @@ import numpy as np
 
 # train: the full run keeps train's default checkpoint interval (2,000 env steps or 5 minutes)
 FULL = {"record_kills": 12, "merge_kills": 8, "train_kills": 6, "learner_kills": 6, "record_episodes": 8,
-        "train_steps": 4000, "checkpoint_every": 2000}
+        "merge_episodes": 40, "train_steps": 4000, "checkpoint_every": 2000}
 QUICK = {"record_kills": 3, "merge_kills": 2, "train_kills": 2, "learner_kills": 2, "record_episodes": 4,
-         "train_steps": 1000, "checkpoint_every": 300}
+         "merge_episodes": 40, "train_steps": 1000, "checkpoint_every": 300}
 CLI = [sys.executable, "-m", "robot_rl.cli"]
 
 
@@ -165,12 +165,12 @@ def synthetic_store(path: Path, episodes: int, seed: int, image: int = 32):
     return store
 
 
-def merge_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
+def merge_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log) -> dict:
     from robot_rl.data.store import EpisodeStore
 
     inputs = [work / f"merge-in-{i}.zarr" for i in range(3)]
     for i, path in enumerate(inputs):
-        synthetic_store(path, 40, seed=i)
+        synthetic_store(path, episodes, seed=i)
     expected = [ep for path in inputs for ep in EpisodeStore.open(path)]
     t0 = time.monotonic()
     reference = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(work / "merge-reference.zarr")])
@@ -193,7 +193,7 @@ def merge_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
             if not complete:
                 partial += 1
                 log(f"merge kill {k}: {out} exists but is not the complete merge")
-        lost += sum(max(0, 40 - len(EpisodeStore.open(path))) for path in inputs)  # inputs are read only
+        lost += sum(max(0, episodes - len(EpisodeStore.open(path))) for path in inputs)  # inputs are read only
         rerun = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(out)])
         if rerun.finish() == 0 and len(EpisodeStore.open(out)) == len(expected):
             reruns_ok += 1
@@ -303,7 +303,7 @@ def store_damage(store: Path, rng: random.Random) -> dict:
         import zarr
 
         ends = zarr.open_array(str(path / "meta/episode_ends"), mode="r+")
-        ends[len(ends) // 2] = 3  # below its neighbours
+        ends[ends.shape[0] // 2] = 3  # below its neighbours
         return path / "meta" / "episode_ends"
 
     def index_chunk(path: Path) -> Path:
@@ -338,7 +338,7 @@ def store_damage(store: Path, rng: random.Random) -> dict:
 
 def store_detects(path: Path, damaged: Path) -> tuple[bool, str]:
     """Checked as a user would: ``robot-rl data check`` and reading every episode."""
-    from robot_rl.data.check import check_store
+    from robot_rl.data import check_store
     from robot_rl.data.store import EpisodeStore
     from robot_rl.errors import UserFacingError
 
@@ -471,7 +471,7 @@ def run(quick: bool = False, log=print) -> dict:
         log("faults 1/5: SIGKILL loop on record")
         figures.update(record_loop(work, cfg["record_kills"], cfg["record_episodes"], rng, log))
         log("faults 2/5: SIGKILL loop on data merge")
-        figures.update(merge_loop(work, cfg["merge_kills"], rng, log))
+        figures.update(merge_loop(work, cfg["merge_kills"], cfg["merge_episodes"], rng, log))
         log("faults 3/5: SIGKILL loop on train (PickCube, state)")
         figures.update(train_loop(work, cfg["train_kills"], cfg["train_steps"], cfg["checkpoint_every"], rng, log))
         log("faults 4/5: SIGKILL loop on the ROS learner node")
