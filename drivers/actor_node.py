@@ -179,7 +179,7 @@ class ActorNode(Node):
         self.recorder = EpisodeRecorder(self.sink)
         self.weights_version = 0
         self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "intervention_steps": 0,
-                      "recorded": 0, "rerecorded": 0}
+                      "recorded": 0, "rerecorded": 0, "dropped_arm_held": 0}
         self.episodes: list[dict] = []
 
     def on_event(self, msg) -> None:
@@ -280,7 +280,7 @@ class ActorNode(Node):
             if self.arm_holds():  # the episode is void: dropped, and the next one waits for the arm
                 self.get_logger().error(f"the arm holds ({self.arm_mode}): dropping this episode "
                                         f"({episode.steps} steps); the next starts when the arm takes commands")
-                self.stats["dropped_arm_held"] = self.stats.get("dropped_arm_held", 0) + 1
+                self.stats["dropped_arm_held"] += 1
                 if cfg.record:
                     self.recorder.discard()
                 episode = EpisodeTally()

@@ -201,3 +201,100 @@ def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(
             waiting.join(10)
     finally:
         probe.close()
+
+
+def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_with_the_operator(tmp_path):
+    """Issue 17: the recorder committed episodes with no human in the loop. The teleop node hangs
+    (SIGSTOP) mid-episode: the arm holds (operator_lost), the actor drops that episode (counted,
+    never committed) and its reset waits while the arm holds. The teleop node runs again
+    (SIGCONT): the actor plays that episode anew and the recorder commits it. Every committed
+    episode is a run of the actor's steps, whole."""
+    pytest.importorskip("rclpy")
+    from std_msgs.msg import String
+
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.drivers import topics
+    from robot_rl.launcher import NodeSpec
+    from tests.helpers.ros import Probe, free_domain_id, ros_environment
+
+    domain, store_path = free_domain_id(), tmp_path / "online.zarr"
+    nodes = [NodeSpec("arm", "arm_node", {"seed": 1, "require_operator": True}),
+             NodeSpec("teleop", "teleop_node", {"devices": [], "cameras": [], "console_port": 0}, respawn=True),
+             NodeSpec("recorder", "recorder_node", {"path": str(store_path), "cameras": []}),
+             NodeSpec("actor", "actor_node", {"policy": "expert", "obs": "state", "cameras": [], "sim": True,
+                                              "max_episode_steps": 30, "record": True, "seed": 3})]
+    probe = Probe(domain)
+    arm_status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+    actor_status = probe.subscribe(String, topics.ACTOR_STATUS, topics.qos_latched())
+    recorder_status = probe.subscribe(String, "recorder/status", topics.qos_latched())
+    steps = probe.subscribe(String, topics.ACTOR_STEP, 100)
+
+    def latest(messages) -> dict:
+        return json.loads(messages[-1][1].data) if messages else {}
+
+    def step_log() -> list[dict]:
+        return [json.loads(m.data) for _, m in steps]
+
+    def actor_said(text: str) -> bool:
+        return any(text in line for line in lines if line.startswith("[actor]"))
+
+    try:
+        with supervised(nodes, ros_environment(domain)) as (supervisor, lines):
+            teleop_pid = None
+            try:
+                # an episode committed, then the actor a few steps into the next one
+                probe.spin_until(lambda: latest(recorder_status).get("episodes", 0) >= 1, 180,
+                                 "a first committed episode")
+                probe.spin_until(lambda: steps and latest(steps)["episode"] >= 1 and 2 <= latest(steps)["step"] <= 5,
+                                 60, "the actor a few steps into the next episode")
+                hung = latest(steps)["episode"]
+
+                teleop_pid = supervisor.procs["teleop"].pid
+                os.kill(teleop_pid, signal.SIGSTOP)  # the operator's path hangs mid-episode
+                probe.spin_until(lambda: latest(arm_status).get("mode") == "operator_lost", 30, "operator_lost")
+                probe.spin_until(lambda: latest(actor_status).get("dropped_arm_held", 0) >= 1, 30,
+                                 "the actor dropping the episode")
+                probe.spin_until(lambda: actor_said("waiting for the operator"), 30, "the actor's reset waiting")
+                assert actor_said("the arm holds (operator_lost): dropping this episode")
+                # the arm holds for 20 more ticks (2 s of its clock): the actor does not step meanwhile
+                steps_held, ticks_held = len(steps), latest(arm_status)["ticks"]
+                probe.spin_until(lambda: latest(arm_status)["ticks"] >= ticks_held + 20, 30, "the arm holding on")
+                assert latest(arm_status)["mode"] == "operator_lost" and len(steps) == steps_held
+                held = latest(actor_status)
+                assert held["dropped_arm_held"] == 1 and held["recorded"] == held["episodes"] == hung
+                assert latest(recorder_status)["episodes"] == hung  # the hung episode is not committed
+
+                os.kill(teleop_pid, signal.SIGCONT)  # the operator's path is back
+                teleop_pid = None
+                probe.spin_until(lambda: latest(recorder_status)["episodes"] >= hung + 1
+                                 and latest(actor_status)["recorded"] >= hung + 1, 120,
+                                 "an episode committed after the operator came back")
+                assert latest(arm_status)["operator_present"] is True and supervisor.restarts["teleop"] == 0, lines
+                assert latest(actor_status)["dropped_arm_held"] == 1  # nothing dropped once the arm took commands
+                recorded = latest(actor_status)["recorded"]
+                probe.spin_until(lambda: latest(recorder_status)["episodes"] >= recorded
+                                 and latest(steps)["episode"] >= recorded, 60, "the next episode under way")
+                log = step_log()
+            finally:
+                if teleop_pid is not None:  # a stopped process would not hear the supervisor's SIGTERM
+                    os.kill(teleop_pid, signal.SIGCONT)
+    finally:
+        probe.close()
+
+    # the actor's steps in runs, each from step 1 (the probe may have joined mid-run): a run whose
+    # episode number comes again was dropped
+    runs: list[list] = []  # [episode number, steps]
+    for s in log:
+        if s["step"] == 1:
+            runs.append([s["episode"], 0])
+        if runs:
+            runs[-1][1] += 1
+            assert s["step"] == runs[-1][1] and s["episode"] == runs[-1][0], "step messages in order, none missing"
+    voided = [(episode, n) for (episode, n), (after, _) in zip(runs, runs[1:]) if after == episode]
+    finished = {episode: n for (episode, n), (after, _) in zip(runs, runs[1:]) if after == episode + 1}
+    assert len(voided) == 1 and voided[0][0] == hung and voided[0][1] >= 2
+    assert hung in finished  # played anew after the operator came back
+    store = EpisodeStore.open(store_path)
+    assert len(store) >= recorded > hung
+    for episode, n in finished.items():  # each committed episode is the run the actor finished, whole
+        assert int(store.get_episode(episode, ["has_action"])["has_action"].sum()) == n
