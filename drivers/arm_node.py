@@ -145,6 +145,8 @@ class ArmNode(Node):
             return response
         self.backend.reset()
         self.supervisor.reset()
+        self.last_mode = self.supervisor.mode
+        self.publish_status()  # before the state: an actor sees the new mode by its first observation
         self.publish_state()
         response.success, response.message = True, f"episode {getattr(self.backend, 'episode', 0)}"
         return response
