@@ -177,12 +177,13 @@ def merge_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log)
     if reference.finish() != 0:
         raise RuntimeError(f"the reference merge failed:\n{reference.output()}")
     merge_s = time.monotonic() - t0
-    partial = lost = reruns_ok = 0
+    partial = lost = reruns_ok = finished = 0
     for k in range(n_kills):
         out = work / f"merge-{k}.zarr"
         child = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(out)])
-        pause(rng, merge_s)
+        pause(rng, 0.8 * merge_s)  # mostly mid-way; a merge that finished first must be whole
         child.kill()
+        lost += sum(max(0, episodes - len(EpisodeStore.open(path))) for path in inputs)  # inputs: read only
         if out.exists():
             try:
                 store = EpisodeStore.open(out)
@@ -190,17 +191,20 @@ def merge_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log)
                                                                for i, ep in enumerate(expected))
             except Exception:  # noqa: BLE001
                 complete = False
-            if not complete:
+            if complete:
+                finished += 1
+                reruns_ok += 1  # nothing to redo
+            else:
                 partial += 1
                 log(f"merge kill {k}: {out} exists but is not the complete merge")
-        lost += sum(max(0, episodes - len(EpisodeStore.open(path))) for path in inputs)  # inputs are read only
+            continue
         rerun = Child(CLI + ["data", "merge", *map(str, inputs), "--out", str(out)])
         if rerun.finish() == 0 and len(EpisodeStore.open(out)) == len(expected):
             reruns_ok += 1
         else:
             log(f"merge kill {k}: the rerun failed: {rerun.output()[-300:]}")
     return {"merge_kills": n_kills, "merge_partial_outputs": partial, "merge_input_episodes_lost": lost,
-            "merge_reruns_ok": reruns_ok, "merge_s": round(merge_s, 2)}
+            "merge_reruns_ok": reruns_ok, "merge_finished_before_the_kill": finished, "merge_s": round(merge_s, 2)}
 
 
 # --------------------------------------------------------------------------- train
