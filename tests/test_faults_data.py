@@ -397,7 +397,9 @@ def test_record_interrupted_keeps_its_committed_episodes(tmp_path, capsys, monke
     monkeypatch.setattr(EpisodeStore, "add_episode", add_then_interrupt)
     code, _, err = cli(["record", "--task", "PickCube", "--episodes", "5", "--out", out], capsys)
     monkeypatch.undo()
-    assert code == 130 and err.strip() == f"robot-rl: interrupted: {out} keeps the 2 episodes committed before"
+    said = err.strip().splitlines()  # a line per committed episode, then one line for the interruption
+    assert said[:2] == ["record: episode 0 committed (success)", "record: episode 1 committed (success)"]
+    assert code == 130 and said[2:] == [f"robot-rl: interrupted: {out} keeps the 2 episodes committed before"]
     store = EpisodeStore.open(out)
     assert len(store) == 2 and max(a.shape[0] for a in store.arrays.values()) > store.n_frames  # the cut-off frames
     assert check_store(out)["ok"]
