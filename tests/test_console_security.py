@@ -19,31 +19,12 @@ import pytest
 
 from robot_rl.teleop.console import (CONSOLE_TOKEN_ENV, MAX_BODY_BYTES, ConsoleError, ConsoleGuard, ConsoleServer,
                                      console_token)
+from tests.helpers.console import RecordingBackend
 
 TOKEN = "the-operators-own-token"
 COMMANDS = [("/api/event/success", None), ("/api/event/pause", None), ("/api/intervene/hold", None),
             ("/api/keys", {"keys": ["w"]})]
 READS = ["/", "/api/state", "/api/camera/front"]
-
-
-class RecordingBackend:
-    def __init__(self):
-        self.calls = []
-
-    def state(self):
-        return {"intervening": False, "cameras": ["front"]}
-
-    def camera_jpeg(self, name):
-        return b"\xff\xd8jpeg" if name == "front" else None
-
-    def press(self, event):
-        self.calls.append(("press", event))
-
-    def intervene(self, how):
-        self.calls.append(("intervene", how))
-
-    def set_keys(self, keys):
-        self.calls.append(("keys", keys))
 
 
 @pytest.fixture

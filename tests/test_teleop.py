@@ -13,6 +13,7 @@ from robot_rl.contract import ControlLimits
 from robot_rl.teleop.devices import (DeviceUnavailable, Gamepad, GamepadLayout, KeyboardDevice, Mapping, SpaceMouse,
                                      TeleopInput, dead_zone, decode_spacemouse_report, to_action)
 from robot_rl.teleop.intervention import InterventionSwitch
+from tests.helpers.console import RecordingBackend
 
 
 def test_dead_zone_and_scaling_map_device_deflection_to_the_action():
@@ -253,26 +254,6 @@ def test_arm_supervisor_runs_the_operators_action_first_while_fresh():
     sup.command_teleop(np.array([-1.0, 0, 0, 0, 0, 0, 0]))
     sup.estop()
     assert sup.action(state)[0] == pytest.approx(0.0, abs=1e-6) and sup.mode == "estop"  # e-stop beats everyone
-
-
-class RecordingBackend:
-    def __init__(self):
-        self.calls = []
-
-    def state(self):
-        return {"intervening": False, "cameras": ["front"]}
-
-    def camera_jpeg(self, name):
-        return b"\xff\xd8jpeg" if name == "front" else None
-
-    def press(self, event):
-        self.calls.append(("press", event))
-
-    def intervene(self, how):
-        self.calls.append(("intervene", how))
-
-    def set_keys(self, keys):
-        self.calls.append(("keys", keys))
 
 
 TOKEN = "s3cret-token-of-the-operator"
