@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import pytest
@@ -257,12 +256,9 @@ def test_the_token_is_neither_on_rosout_nor_a_parameter_and_the_operator_gets_th
     try:
         with node_process("robot_rl.teleop.teleop_node", {"devices": "[]", "cameras": "[]", "console_port": port},
                           domain, tmp_path, name="teleop"):
-            end = time.monotonic() + 60
-            while not (found := re.search(rf"operator console: (http://127\.0\.0\.1:{port}/\?token=(\S+))",
-                                          log.read_text())):
-                assert time.monotonic() < end, log.read_text()
-                time.sleep(0.1)
-            url, token = found.groups()
+            printed = rf"operator console: (http://127\.0\.0\.1:{port}/\?token=(\S+))"
+            probe.spin_until(lambda: re.search(printed, log.read_text()), 60, "the console's URL on the node's stdout")
+            url, token = re.search(printed, log.read_text()).groups()
             probe.spin_until(lambda: any("operator console serving on" in m.msg for _, m in rosout), 60,
                              "the console's line on /rosout")
 

@@ -327,16 +327,6 @@ def status_of(status) -> dict:
     return json.loads(status[-1][1].data) if status else {}
 
 
-def publish_until(probe, publisher, msg, condition, timeout: float, what: str) -> None:
-    """Publish ``msg`` every few spins until ``condition()`` holds (``timeout``: a failsafe only)."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        publisher.publish(msg)
-        probe.spin_for(0.05)
-
-
 def zs_after(poses, mark: int) -> np.ndarray:
     return np.array([m.pose.position.z for _, m in poses[mark:]])
 
@@ -356,7 +346,8 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
     up = msgs.delta_to_twist(np.array([0, 0, 1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
     z0 = z_of(poses)
-    publish_until(probe, velocity, up, lambda: z_of(poses) > z0 + 0.05, 60, "the arm to rise 5 cm")
+    probe.spin_until(lambda: z_of(poses) > z0 + 0.05, 60, "the arm to rise 5 cm",
+                     between=lambda: velocity.publish(up))
     # watchdog: silence -> the arm says it holds, and from then on the pose stays put
     probe.spin_until(lambda: status_of(status).get("mode") == "watchdog", 30, "watchdog status")
     mark = len(poses)
@@ -371,8 +362,8 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe.spin_until(lambda: status_of(status)["estopped"], 30, "e-stop status")
     down = msgs.delta_to_twist(np.array([0, 0, -1.0, 0, 0, 0]), 0, LIMITS.max_translation_m, LIMITS.max_rotation_rad, 10)
     z_stop, mark = z_of(poses), len(poses)
-    publish_until(probe, velocity, down, lambda: len(poses) >= mark + 10
-                  and status_of(status)["counts"]["ignored_estopped"] > 0, 30, "commands ignored while e-stopped")
+    probe.spin_until(lambda: len(poses) >= mark + 10 and status_of(status)["counts"]["ignored_estopped"] > 0, 30,
+                     "commands ignored while e-stopped", between=lambda: velocity.publish(down))
     assert np.all(np.abs(zs_after(poses, mark) - z_stop) < 2e-3)
     assert probe.call(Trigger, topics.RESET).success is False  # no reset while e-stopped
     estop.publish(Bool(data=False))  # not a release
@@ -380,7 +371,8 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe.spin_until(lambda: status_of(status)["ticks"] > ticks, 30, "the arm's next status")
     assert status_of(status)["estopped"] is True
     assert probe.call(Trigger, topics.RELEASE_ESTOP).success
-    publish_until(probe, velocity, down, lambda: z_of(poses) < z_stop - 0.05, 60, "the arm to go down after release")
+    probe.spin_until(lambda: z_of(poses) < z_stop - 0.05, 60, "the arm to go down after release",
+                     between=lambda: velocity.publish(down))
     assert probe.call(Trigger, topics.RESET).success
 
 
@@ -433,13 +425,9 @@ def test_the_operators_action_runs_first_and_the_arm_reports_it(sim_cell):
         if intervene:
             teleop.publish(up)
         intervening.publish(Bool(data=intervene))
-        probe.spin_for(0.05)
 
     def drive(intervene: bool, condition, what: str) -> None:
-        end = time.monotonic() + 60  # a failsafe
-        while not condition():
-            assert time.monotonic() < end, f"timed out waiting for {what}"
-            operator_and_policy(intervene)
+        probe.spin_until(condition, 60, what, between=lambda: operator_and_policy(intervene))
 
     start_z, mark = z_of(poses), len(applied)
     # the policy says down, the operator says up: up it goes, and the arm says whose action it ran

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -157,12 +156,7 @@ def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(
         return poses[-1][1].pose.position.z
 
     def publish_until(msg, condition, timeout: float, what: str) -> None:
-        end = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > end:
-                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-            velocity.publish(msg)
-            probe.spin_for(0.05)
+        probe.spin_until(condition, timeout, what, between=lambda: velocity.publish(msg))
 
     try:
         with supervised([arm, teleop], ros_environment(domain)) as (supervisor, lines):

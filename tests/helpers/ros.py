@@ -87,12 +87,18 @@ class Probe:
         while time.monotonic() < end:
             self.executor.spin_once(timeout_sec=min(0.02, max(0.0, end - time.monotonic())))
 
-    def spin_until(self, condition, timeout: float, what: str = "condition") -> None:
+    def spin_until(self, condition, timeout: float, what: str = "condition", between=None) -> None:
+        """Spin until ``condition()`` holds (``timeout``: a failsafe only). ``between``, if
+        given, is called every 50 ms while waiting (e.g. to keep publishing a command)."""
         end = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > end:
                 raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-            self.executor.spin_once(timeout_sec=0.02)
+            if between is None:
+                self.executor.spin_once(timeout_sec=0.02)
+            else:
+                between()
+                self.spin_for(0.05)
 
     def call(self, srv_type, name: str, timeout: float = 10.0):
         client = self.node.create_client(srv_type, name)
