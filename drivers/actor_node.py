@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import rclpy
@@ -27,7 +26,7 @@ from rclpy.node import Node
 from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
 
 from robot_rl.agents.sac import SACAgent
-from robot_rl.contract import ControlLimits
+from robot_rl.contract import OPERATOR_EVENTS, ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
@@ -37,34 +36,9 @@ from robot_rl.drivers.ros_transport import actor_endpoint
 from robot_rl.envs import FlatObservation
 from robot_rl.runtime.learner import transition_arrays
 from robot_rl.runtime.wire import encode
-from robot_rl.train import TrainConfig, agent_config_for
+from robot_rl.config import POLICIES, ActorNodeConfig, TrainConfig, agent_config_for
 
 
-@dataclass
-class ActorNodeConfig:
-    task: str = "PickCube"
-    obs: str = "state"  # "state" (sim only: object poses) or "pixels"
-    cameras: tuple[str, ...] = ("front", "wrist")  # subscribed when obs is pixels (or for the classifier)
-    image_size: tuple[int, ...] = (64, 64)
-    sim: bool = True  # the arm is the twin: ground-truth success and object poses are published
-    reward_classifier: str = ""  # a classifier folder: reward from camera frames, not ground truth
-    control_hz: float = 10.0
-    # commands leave this long after their observation's arm tick (0: the moment they are
-    # ready): a constant delay and a regular command rate, whatever a step's render and
-    # inference took (bench ros: pixel policy loop jitter p99 7 -> 3 ms)
-    command_latency_ms: float = 15.0
-    max_episode_steps: int = 0  # 0: the task's limit
-    env_steps: int = 0  # stop after this many steps (0: run until shut down)
-    record: bool = True  # finished episodes -> recorder/episodes
-    keep: str = "all"  # episodes to record: all, successes
-    episodes: int = 0  # stop after this many recorded episodes (0: no limit)
-    policy: str = "learner"  # learner (weights from learner_node), expert (the sim's scripted expert), teleop
-    run_dir: str = ""  # where to write actor_summary.json when the run ends (robot-rl report reads it)
-    seed: int = 0
-    demo_store: str = ""  # the learner's demonstrations, if any: then the policy acts residually on a BC base
-
-
-POLICIES = ("learner", "expert", "teleop")
 
 
 class EpisodeSink:
@@ -184,9 +158,9 @@ class ActorNode(Node):
 
     def on_event(self, msg) -> None:
         event = msg.data.strip().lower()
-        if event not in topics.TELEOP_EVENT_NAMES:
+        if event not in OPERATOR_EVENTS:
             self.get_logger().warning(f"ignoring unknown teleop event {msg.data!r}; "
-                                      f"known: {', '.join(topics.TELEOP_EVENT_NAMES)}")
+                                      f"known: {', '.join(OPERATOR_EVENTS)}")
             return
         with self.events_lock:
             self.events.append(event)

@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
-from robot_rl.sim.geometry import matrix_to_rotvec, quat_to_matrix
+from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
 
 
 class ArmBackend(Protocol):

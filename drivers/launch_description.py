@@ -1,6 +1,6 @@
 """ROS 2 launch descriptions built from ``launch/stacks.yaml``: the launch files are one line
 each, and the nodes, parameters and remappings are exactly those ``robot-rl launch`` starts
-(both go through ``robot_rl.launcher.resolve``).
+(both go through ``robot_rl.runtime.launcher.resolve``).
 
 Stack arguments become launch arguments (``ros2 launch robot_rl sim_train.launch.py
 run_dir:=runs/x``); their values are substituted when the launch runs (an ``OpaqueFunction``).
@@ -9,7 +9,7 @@ A ``required`` node's exit shuts the launch down; ``respawn`` nodes are restarte
 
 from __future__ import annotations
 
-from robot_rl.launcher import load_stacks, resolve
+from robot_rl.runtime.launcher import load_stacks, resolve
 
 
 def generate(stack_name: str):

@@ -14,7 +14,6 @@ import dataclasses
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,28 +27,7 @@ from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (clean_leftovers, latest_checkpoint, list_checkpoints, load_agent,
                                          write_checkpoint)
 from robot_rl.runtime.learner import Learner, build_learner
-from robot_rl.train import TrainConfig, agent_config_for
-
-
-@dataclass
-class LearnerNodeConfig:
-    task: str = "PickCube"
-    obs: str = "state"
-    cameras: tuple[str, ...] = ("front", "wrist")
-    image_size: tuple[int, ...] = (64, 64)
-    run_dir: str = "runs/ros-train"
-    demo_store: str = ""  # demonstrations (robot-rl record / teleop)
-    online_store: str = ""  # the recorder node's store: reloaded into the replay on start
-    resume: bool = True  # continue from the newest checkpoint in run_dir
-    seed: int = 0
-    utd: float = 2.0
-    batch_size: int = 256
-    pretrain_steps: int = 1000
-    critic_warmup_steps: int = 1000
-    weights_every: int = 50
-    checkpoint_every_s: float = 60.0
-    keep_checkpoints: int = 3
-    torch_threads: int = 1
+from robot_rl.config import LearnerNodeConfig, TrainConfig, agent_config_for
 
 
 def train_config(cfg: LearnerNodeConfig) -> TrainConfig:

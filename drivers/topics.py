@@ -37,8 +37,7 @@ def camera_info(name: str) -> str:
 # teleop (the teleop issue publishes these; the actor listens from now on)
 TELEOP_ACTION = "teleop/action"  # std_msgs/Float32MultiArray: the contract action [7]
 TELEOP_INTERVENING = "teleop/intervening"  # std_msgs/Bool: the human holds the controls
-TELEOP_EVENTS = "teleop/events"  # std_msgs/String: one of TELEOP_EVENT_NAMES
-TELEOP_EVENT_NAMES = ("success", "failure", "reset", "rerecord", "pause", "resume")
+TELEOP_EVENTS = "teleop/events"  # std_msgs/String: one of contract.OPERATOR_EVENTS
 TELEOP_HEARTBEAT = "teleop/heartbeat"  # std_msgs/Empty each teleop tick: the operator's path is alive
 APPLIED_ACTION = "arm/applied_action"  # Float64MultiArray [stamp_s, action 7, by_operator 0/1] per tick
 ACTOR_STATUS = "actor/status"  # std_msgs/String JSON, latched: counts, the last episode, weights version

@@ -145,3 +145,9 @@ def observation_space(
             {k: gym.spaces.Box(-np.inf, np.inf, shape=(n,), dtype=np.float32) for k, n in privileged.items()}
         )
     return gym.spaces.Dict(spaces)
+
+
+# What an operator can say about the running episode (teleop buttons, the console, ``teleop/events``):
+# success / failure end it with that outcome, reset ends it now, rerecord ends it and drops it from
+# the recording, pause / resume stop and restart acting. The actor loop (actor.py) acts on them.
+OPERATOR_EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")

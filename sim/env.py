@@ -13,7 +13,7 @@ import numpy as np
 from robot_rl import contract
 from robot_rl.contract import CAMERAS, SIM_CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
 from robot_rl.sim.controller import PHYSICS_DT
-from robot_rl.sim.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
+from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
 
 BACKENDS = ("mujoco", "pybullet")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
-from robot_rl.sim.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
+from robot_rl.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
 from robot_rl.sim.tasks import PegInsert, PickCube
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from robot_rl.sim import panda_description as panda
 from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
-from robot_rl.sim.geometry import matrix_to_quat
+from robot_rl.geometry import matrix_to_quat
 from robot_rl.sim.tasks import Layout, SceneObject, Task
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from robot_rl.contract import SafetyBox
-from robot_rl.sim.geometry import quat_to_matrix, yaw_to_quat
+from robot_rl.geometry import quat_to_matrix, yaw_to_quat
 
 # Gripper width when fully open (metres between the finger pads).
 GRIPPER_OPEN_WIDTH = 0.08

@@ -40,7 +40,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Protocol
 from urllib.parse import parse_qs
 
-from robot_rl.drivers.topics import TELEOP_EVENT_NAMES as BUTTON_EVENTS  # ROS-free names
+from robot_rl.contract import OPERATOR_EVENTS as BUTTON_EVENTS
 from robot_rl.errors import UserFacingError
 
 INTERVENE = ("hold", "release", "toggle")

@@ -2,7 +2,7 @@ import json
 
 from robot_rl.bench import learner as learner_bench
 from robot_rl.bench import sim as sim_bench
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 
 
 def test_bench_figures_are_measured():

@@ -5,7 +5,7 @@ import sys
 
 import imageio.v3 as iio
 
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 
 
 def test_sim_run_writes_run_folder(tmp_path, capsys):

@@ -188,7 +188,7 @@ def test_the_token_comes_from_the_environment_or_is_new_per_start():
 
 
 def test_off_loopback_without_a_token_the_cli_says_one_line(capsys, monkeypatch):
-    from robot_rl.cli import main
+    from robot_rl.commands.cli import main
 
     monkeypatch.delenv(CONSOLE_TOKEN_ENV, raising=False)
     assert main(["session", "--console-host", "0.0.0.0", "--devices"]) == 2
@@ -203,7 +203,7 @@ def test_off_loopback_without_a_token_the_node_says_one_line_and_its_stack_ends(
     """The teleop node exits 2 with one line (no traceback); its stack (where it respawns)
     ends with that status instead of restarting it forever."""
     pytest.importorskip("rclpy")
-    from robot_rl.launcher import Supervisor, resolve
+    from robot_rl.runtime.launcher import Supervisor, resolve
     from tests.helpers.ros import free_domain_id, ros_environment
 
     env = ros_environment(free_domain_id())

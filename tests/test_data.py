@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import zarr
 
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 from robot_rl.data.demos import load_demos
-from robot_rl.data.record import record_rollouts
+from robot_rl.commands.record import record_rollouts
 from robot_rl.data.recorder import EpisodeRecorder, transitions
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
 from robot_rl.envs import make_env

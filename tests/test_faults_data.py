@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 from robot_rl.data import EpisodeStore, StoreError, check_store
 
 HELPERS = Path(__file__).parent / "helpers"

@@ -22,11 +22,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 from robot_rl.replay import MixedReplay, ReplayBuffer
 from robot_rl.runtime.checkpoint import (CheckpointError, latest_checkpoint, load_agent, load_replay, read_state,
                                          resolve_checkpoint, verify_checkpoint, write_manifest)
-from robot_rl.train import TrainConfig, TrainingError, train
+from robot_rl.commands.train import TrainConfig, TrainingError, train
 
 QUICK = dict(task="PickCube", obs="state", demos=0, learner="inline", eval_every=100_000, eval_episodes=1,
              final_eval_episodes=1, progress=False)
@@ -192,7 +192,7 @@ class TrainProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
         self.stderr_path = tmp_path / "train.stderr"
         with open(self.stderr_path, "w") as stderr:
-            self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *args], stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", "train", *args], stdout=subprocess.PIPE,
                                          stderr=stderr, text=True, env=env, start_new_session=new_session)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
@@ -406,7 +406,7 @@ def test_a_failed_run_removes_its_folder_unless_it_holds_checkpoints(tmp_path, m
               log=lambda m: None)
     assert (mine / "notes.txt").read_text() == "mine"
 
-    from robot_rl import train as train_module
+    from robot_rl.commands import train as train_module
 
     calls = []
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from robot_rl.sim.geometry import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, quat_to_yaw, rotvec_to_matrix, yaw_to_quat
+from robot_rl.geometry import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, quat_to_yaw, rotvec_to_matrix, yaw_to_quat
 
 
 def test_rotvec_round_trip():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from robot_rl.cli import main as cli
-from robot_rl.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
+from robot_rl.commands.cli import main as cli
+from robot_rl.runtime.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_supervisor_respawns_and_stops_when_the_required_node_exits(tmp_path, mo
         "sleeper": "import time; time.sleep(60)",
         "finisher": "import time; time.sleep(3); print('done', flush=True)",
     }
-    monkeypatch.setattr("robot_rl.launcher.node_command", lambda node, params: [sys.executable, "-c", scripts[node.name]])
+    monkeypatch.setattr("robot_rl.runtime.launcher.node_command", lambda node, params: [sys.executable, "-c", scripts[node.name]])
     lines = []
     supervisor = Supervisor([NodeSpec("crasher", "learner_node", respawn=True), NodeSpec("sleeper", "arm_node"),
                              NodeSpec("finisher", "actor_node", required=True)], log=lines.append, grace_s=5)
@@ -160,7 +160,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     """`robot-rl launch sim_train` end to end over real ROS 2: the actor acts on the twin with
     the learner's weights until env_steps, and the recorder stores its episodes."""
     pytest.importorskip("rclpy")
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
     from robot_rl.data.store import EpisodeStore
     from tests.helpers.ros import free_domain_id, ros_environment
 
@@ -182,7 +182,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
 
 
 def test_report_of_a_ros_stack_run(tmp_path):
-    from robot_rl.report import write_report
+    from robot_rl.commands.report import write_report
 
     log = [{"steps": 20 * (i + 1), "success": i % 3 != 0, "ground_truth_solved": i % 4 != 0,
             "intervention_rate": 0.5 if i < 10 else 0.0} for i in range(12)]

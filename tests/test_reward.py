@@ -167,7 +167,7 @@ def test_train_calibrate_save_and_load(tmp_path):
 def test_classifier_cli_trains_and_reports(tmp_path, capsys):
     import json
 
-    from robot_rl.cli import main
+    from robot_rl.commands.cli import main
 
     data = _store(tmp_path / "d.zarr", [True, False] * 4)
     assert main(["classifier", "train", "--data", str(data), "--out", str(tmp_path / "c"), "--steps", "20",
@@ -245,7 +245,7 @@ def test_hard_negatives_keep_false_positive_episodes_cut_after_the_last_one_and_
 def test_classifier_eval_and_hard_negatives_cli(tmp_path, capsys):
     import json
 
-    from robot_rl.cli import main
+    from robot_rl.commands.cli import main
 
     data, clf = _trained(tmp_path)
     assert main(["classifier", "eval", "--classifier", str(clf), "--data", str(data)]) == 0

@@ -12,7 +12,7 @@ pytest.importorskip("rclpy", reason="ROS 2 wheels (pip install robot-rl[ros])")
 from geometry_msgs.msg import TwistStamped  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from robot_rl.data.record import record_rollouts  # noqa: E402
+from robot_rl.commands.record import record_rollouts  # noqa: E402
 from robot_rl.data.store import EpisodeStore  # noqa: E402
 from robot_rl.drivers import topics  # noqa: E402
 from tests.helpers.ros import Probe, free_domain_id, node_process, stop  # noqa: E402

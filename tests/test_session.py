@@ -47,14 +47,14 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
 
 
 def test_session_refuses_a_bad_eagerness():
-    from robot_rl.cli import main
+    from robot_rl.commands.cli import main
 
     assert main(["session", "--simulated-human", "3"]) == 2
 
 
 # ---------------------------------------------------------------------- supervision of the operator
 def test_the_human_in_the_loop_stacks_respawn_the_teleop_node_and_the_arm_requires_it():
-    from robot_rl.launcher import CONSOLE_TOKEN_ENV, load_stacks, node_environment, resolve
+    from robot_rl.runtime.launcher import CONSOLE_TOKEN_ENV, load_stacks, node_environment, resolve
 
     for stack in ("train", "session"):
         nodes = {n.name: n for n in resolve(stack)}
@@ -72,7 +72,7 @@ def test_the_human_in_the_loop_stacks_respawn_the_teleop_node_and_the_arm_requir
 @contextlib.contextmanager
 def supervised(nodes, env):
     """``robot-rl launch``'s supervisor running ``nodes`` in the background; stopped on exit."""
-    from robot_rl.launcher import Supervisor
+    from robot_rl.runtime.launcher import Supervisor
 
     lines: list[str] = []
     supervisor = Supervisor(nodes, log=lines.append, env=env, grace_s=5)
@@ -101,7 +101,7 @@ def test_the_session_stacks_teleop_node_starts_with_the_stacks_arguments():
     from std_msgs.msg import Empty
 
     from robot_rl.drivers import topics
-    from robot_rl.launcher import CONSOLE_TOKEN_ENV, resolve
+    from robot_rl.runtime.launcher import CONSOLE_TOKEN_ENV, resolve
     from tests.helpers.ros import Probe, free_domain_id, ros_environment
 
     port, domain, token = free_port(), free_domain_id(), "the-session-token-0123"
@@ -133,7 +133,7 @@ def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(
     from robot_rl.drivers import messages as msgs
     from robot_rl.drivers import topics
     from robot_rl.drivers.ros_env import RosArmEnv
-    from robot_rl.launcher import NodeSpec
+    from robot_rl.runtime.launcher import NodeSpec
     from tests.helpers.ros import Probe, free_domain_id, ros_environment
 
     limits = ControlLimits()
@@ -208,7 +208,7 @@ def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_
 
     from robot_rl.data.store import EpisodeStore
     from robot_rl.drivers import topics
-    from robot_rl.launcher import NodeSpec
+    from robot_rl.runtime.launcher import NodeSpec
     from tests.helpers.ros import Probe, free_domain_id, ros_environment
 
     domain, store_path = free_domain_id(), tmp_path / "online.zarr"

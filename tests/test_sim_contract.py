@@ -9,7 +9,7 @@ from robot_rl import contract
 from robot_rl.contract import ActionError
 from robot_rl.sim import make
 from robot_rl.sim.experts import make_expert
-from robot_rl.sim.geometry import HOME_ROTATION, quat_to_matrix
+from robot_rl.geometry import HOME_ROTATION, quat_to_matrix
 
 BACKENDS = ["mujoco", "pybullet"]
 TASKS = ["PickCube", "PegInsert"]

@@ -329,7 +329,7 @@ def test_console_server_serves_on_loopback_with_a_token_of_its_own(tmp_path):
 
 
 def test_training_with_a_simulated_human_flags_and_counts_its_steps(tmp_path):
-    from robot_rl.train import TrainConfig, train
+    from robot_rl.commands.train import TrainConfig, train
 
     summary = train(TrainConfig(task="PickCube", demos=1, env_steps=150, eval_every=150, eval_episodes=2,
                                 final_eval_episodes=2, human_eagerness=1.0, learner="inline", pretrain_steps=20,
@@ -354,7 +354,7 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     from robot_rl.envs import make_env, obs_spec
     from robot_rl.runtime.learner import LATEST_ONLY, build_learner, transition_arrays
     from robot_rl.runtime.transport import inprocess_pair
-    from robot_rl.train import TrainConfig, agent_config_for
+    from robot_rl.commands.train import TrainConfig, agent_config_for
 
     cfg = TrainConfig(task="PickCube", demos=1, batch_size=16, pretrain_steps=5, critic_warmup_steps=2,
                       intervention_bc_steps=3)

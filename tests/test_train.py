@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.cli import main
+from robot_rl.commands.cli import main
 from robot_rl.runtime.checkpoint import CheckpointError
 from robot_rl.runtime.learner import NonFiniteLoss
-from robot_rl.train import TrainConfig, train
+from robot_rl.commands.train import TrainConfig, train
 
 TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_warmup_steps=20, progress=False,
             batch_size=64, agent={"hidden": [64, 64]})
@@ -138,7 +138,7 @@ def test_without_demos_learning_waits_for_the_random_phase_then_keeps_the_ratio(
 def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
     """A classifier that fires on every frame pays each first step: every training episode is a
     one-step false positive, counted against ground truth; evaluation ignores the classifier."""
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
     from robot_rl.data.store import EpisodeStore
     from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
 
@@ -151,7 +151,7 @@ def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
     assert s["classifier_episodes"] == {"true_positive": 0, "false_positive": 30, "false_negative": 0,
                                         "true_negative": 0}
     assert s["evals"][-1]["episode_length"] > 1  # graded by ground truth, not ended by the classifier
-    from robot_rl.report import ReportError, write_report
+    from robot_rl.commands.report import ReportError, write_report
 
     report = write_report(run).read_text()
     assert "learned success classifier" in report and "| classifier: success | 0 | 30 |" in report

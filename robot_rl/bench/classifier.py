@@ -48,14 +48,14 @@ FULL_EPISODE = 10_000  # held-out rollouts are not cut at success: the actor goe
 
 
 def _record(out: Path, **kw) -> dict:
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
 
     return record_rollouts(out, "PickCube", cameras=CAMERAS, **kw)
 
 
 def _train_policy(name: str, run_dir: str, kw: dict) -> dict:
     """One training run (in a worker process)."""
-    from robot_rl.train import TrainConfig, train
+    from robot_rl.commands.train import TrainConfig, train
 
     log = lambda m: print(f"[{name}] {m}", flush=True)  # noqa: E731
     t0 = time.time()
@@ -98,7 +98,7 @@ def _make_classifier(work: str, p: dict, log) -> dict:
 
 
 def run(quick: bool = False, log=print) -> dict:
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.training import evaluate_classifier
 
     p = QUICK if quick else FULL

@@ -48,7 +48,7 @@ FULL = {"record_kills": 12, "merge_kills": 8, "train_kills": 6, "learner_kills":
         "merge_episodes": 40, "train_steps": 4000, "checkpoint_every": 2000}
 QUICK = {"record_kills": 3, "merge_kills": 2, "train_kills": 2, "learner_kills": 2, "record_episodes": 4,
          "merge_episodes": 40, "train_steps": 1000, "checkpoint_every": 300}
-CLI = [sys.executable, "-m", "robot_rl.cli"]
+CLI = [sys.executable, "-m", "robot_rl.commands.cli"]
 
 
 # --------------------------------------------------------------------------- processes
@@ -110,7 +110,7 @@ def episodes_equal(a: dict, b: dict) -> bool:
 
 # --------------------------------------------------------------------------- record
 def record_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log) -> dict:
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
     from robot_rl.data.store import EpisodeStore
 
     reference = work / "record-reference.zarr"
@@ -257,7 +257,7 @@ def learner_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
     except ImportError:
         log("learner node: ROS 2 (rclpy) is not installed; skipped")
         return {"learner_restarts": 0, "learner_restarts_ok": 0, "learner_skipped": "no rclpy"}
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
 
     demos = work / "learner-demos.zarr"
     record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")

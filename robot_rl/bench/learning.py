@@ -15,7 +15,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from robot_rl.train import TrainConfig, train
+from robot_rl.commands.train import TrainConfig, train
 
 FULL = dict(pick_steps=20_000, peg_steps=30_000, pixel_steps=3_000, eval_every=2000, eval_episodes=50,
             pixel_eval_episodes=20, pretrain=1000, warmup=1000, pixel_pretrain=500, pixel_warmup=200)

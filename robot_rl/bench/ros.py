@@ -224,7 +224,7 @@ def peer_main(kind: str, pixel_size: int, pushes: int, result_file: str) -> None
 
 
 def run(quick: bool = False, log=print) -> dict:
-    from robot_rl.drivers.actor_node import ActorNodeConfig
+    from robot_rl.config import ActorNodeConfig
 
     p = QUICK if quick else FULL
     domain = 150 + os.getpid() % 50

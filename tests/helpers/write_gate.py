@@ -67,6 +67,6 @@ def _wait(what: str, key: str) -> None:
 
 if __name__ == "__main__":
     install()
-    from robot_rl.cli import main
+    from robot_rl.commands.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,7 @@ def _cmd_sim_tasks(args) -> int:
 
 
 def _cmd_sim_run(args) -> int:
-    from robot_rl.expert_run import ExpertRunConfig, run
+    from robot_rl.commands.expert_run import ExpertRunConfig, run
     from robot_rl.sim import BACKENDS, UnknownBackendError, get_task
 
     for task in args.task:
@@ -99,7 +99,7 @@ def _train_overrides(args) -> dict:
 
 def _cmd_train(args) -> int:
     from robot_rl.sim import get_task
-    from robot_rl.train import TrainConfig, TrainingInterrupted, train
+    from robot_rl.commands.train import TrainConfig, TrainingInterrupted, train
 
     if args.task is not None:
         get_task(args.task)
@@ -119,7 +119,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_record(args) -> int:
-    from robot_rl.data.record import record_rollouts
+    from robot_rl.commands.record import record_rollouts
     from robot_rl.sim import get_task
 
     get_task(args.task)
@@ -220,14 +220,14 @@ def _cmd_classifier(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from robot_rl.report import write_report
+    from robot_rl.commands.report import write_report
 
     print(write_report(args.run))
     return 0
 
 
 def _cmd_launch(args) -> int:
-    from robot_rl.launcher import LaunchError, launch, load_stacks
+    from robot_rl.runtime.launcher import LaunchError, launch, load_stacks
 
     if args.list or not args.stack:
         for name, stack in load_stacks().items():
@@ -247,7 +247,7 @@ def _cmd_session(args) -> int:
     the same across the teleop node's restarts."""
     import os
 
-    from robot_rl.launcher import launch
+    from robot_rl.runtime.launcher import launch
     from robot_rl.sim import get_task
 
     get_task(args.task)
@@ -269,7 +269,7 @@ def _cmd_session(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from robot_rl.evaluate import evaluate_checkpoint
+    from robot_rl.commands.evaluate import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
                                  seed=args.seed)

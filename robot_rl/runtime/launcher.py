@@ -42,7 +42,7 @@ class LaunchError(UserFacingError):
 def stacks_file() -> Path:
     """``launch/stacks.yaml`` of the source tree, or the copy installed beside the package."""
     here = Path(__file__).resolve().parent
-    candidates = [here.parent / "launch" / "stacks.yaml"]  # the source tree (editable installs)
+    candidates = [here.parents[1] / "launch" / "stacks.yaml"]  # the source tree (editable installs)
     try:  # a colcon install: share/robot_rl/launch
         from ament_index_python.packages import get_package_share_directory
 

@@ -1,0 +1,1 @@
+"""The commands behind ``robot-rl``: each module is one command; nothing below them imports them."""
