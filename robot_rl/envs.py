@@ -59,8 +59,15 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
              cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
-    """The sim twin wrapped for learning. Pixel mode keeps the privileged poses in the
-    underlying env (the scripted demonstrator reads them) but never shows them to the agent.
+    """The sim twin wrapped for learning: ``make_cell_env`` behind a ``FlatObservation``."""
+    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs)
+
+
+def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
+                  cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> gym.Env:
+    """The sim twin with contract (raw) observations, rendering what ``obs`` needs. Pixel mode
+    keeps the privileged poses in the raw observation (the scripted demonstrator reads them);
+    ``FlatObservation`` never shows them to the agent.
 
     With ``reward_classifier`` (a ``robot-rl classifier train`` folder) the reward and the
     episode end come from the success classifier, as on a real robot; the env's own success
@@ -83,7 +90,7 @@ def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=
         from robot_rl.reward.wrapper import ClassifierReward
 
         env = ClassifierReward(env, classifier, calibration)
-    return FlatObservation(env, obs)
+    return env
 
 
 class SpecEnv(gym.Env):

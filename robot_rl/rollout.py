@@ -9,10 +9,11 @@ import numpy as np
 from robot_rl.envs import FlatObservation
 
 
-def collect_demos(env: FlatObservation, task: str, episodes: int, add: Callable, seed: int = 10_000,
+def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int, add: Callable, seed: int = 10_000,
                   noise: float = 0.1, successful_only: bool = True, max_tries: int | None = None) -> dict:
-    """Run the scripted expert (the stand-in for a human demonstrator) and hand every
-    transition to ``add(obs, action, reward, next_obs, terminated, truncated)``.
+    """Run the scripted expert (the stand-in for a human demonstrator) on ``env`` (contract
+    observations: the expert reads the sim's object poses) and hand every transition, observed
+    through ``observe``, to ``add(obs, action, reward, next_obs, terminated, truncated)``.
     Failed attempts are discarded when ``successful_only`` (a human keeps the good takes)."""
     from robot_rl.sim.experts import make_expert
 
@@ -20,14 +21,14 @@ def collect_demos(env: FlatObservation, task: str, episodes: int, add: Callable,
     kept, tries, steps = 0, 0, 0
     max_tries = max_tries or 3 * episodes + 10
     while kept < episodes and tries < max_tries:
-        raw, _ = env.env.reset(seed=seed + tries)
+        raw, _ = env.reset(seed=seed + tries)
         expert.reset()
         tries += 1
         episode = []
         while True:
             action = expert(raw)
-            next_raw, reward, terminated, truncated, info = env.env.step(action)
-            episode.append((env.observation(raw), action, reward, env.observation(next_raw), terminated, truncated))
+            next_raw, reward, terminated, truncated, info = env.step(action)
+            episode.append((observe(raw), action, reward, observe(next_raw), terminated, truncated))
             raw = next_raw
             if terminated or truncated:
                 break

@@ -147,7 +147,7 @@ def test_recorded_store_gives_the_learner_exactly_the_in_memory_demos(tmp_path):
     env = make_env("PegInsert")
     from_store, in_memory = [], []
     load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
-    collect_demos(env, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000, noise=0.1)
+    collect_demos(env.env, env.observation, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000, noise=0.1)
     assert len(from_store) == len(in_memory) > 0
     for a, b in zip(from_store, in_memory):
         for key in a[0]:

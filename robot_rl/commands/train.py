@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl.agents.sac import SACAgent
+from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.config import TrainConfig, agent_config_for
-from robot_rl.envs import make_env, obs_spec
+from robot_rl.actor import ActorLoop, LearnerClient
+from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import (CheckpointError, clean_leftovers, list_checkpoints, read_state,
@@ -107,6 +108,10 @@ class LearnerLink:
             raise TrainingError("the learner process died without a message; see the log above")
         return msgs
 
+    @property
+    def dropped(self) -> int:
+        return self.endpoint.dropped
+
     def close(self) -> None:
         self.endpoint.send("stop")
         if self.process is not None:
@@ -117,48 +122,25 @@ class LearnerLink:
         self.endpoint.close()
 
 
-class Actor:
-    """Environment loop + acting copy of the policy, fed by the learner's weights."""
+def wait_for(learner: LearnerClient, condition, what: str, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TrainingError(f"timed out after {timeout:.0f} s waiting for the learner to {what}")
+        learner.poll(0.05)
 
-    def __init__(self, cfg: TrainConfig, link: LearnerLink, policy: SACAgent):
-        self.cfg, self.link, self.policy = cfg, link, policy
-        self.weights_version = 0
-        self.status: dict = {"online_updates": 0, "updates": 0, "metrics": {}}
-        self.last_checkpoint: str | None = None
 
-    def poll(self, timeout: float = 0.0) -> None:
-        for msg in self.link.receive(timeout):
-            if msg.kind == "weights":
-                self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
-                self.weights_version = msg.meta["version"]
-            elif msg.kind == "status":
-                self.status = msg.meta
-            elif msg.kind == "checkpoint_saved":
-                self.last_checkpoint = msg.meta["path"]
-            elif msg.kind == "error":
-                raise TrainingError(msg.meta["message"])
+def wait_for_learner(learner: LearnerClient, cfg: TrainConfig, online_sent: int) -> None:
+    """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
+    starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
+    if not cfg.sync or online_sent < max(starts, 1):
+        return
+    owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
+    wait_for(learner, lambda: learner.status.get("online_updates", 0) >= owed, "catch up")
 
-    def wait_for(self, condition, what: str, timeout: float = 600.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TrainingError(f"timed out after {timeout:.0f} s waiting for the learner to {what}")
-            self.poll(0.05)
 
-    def wait_for_learner(self, online_sent: int) -> None:
-        """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
-        cfg = self.cfg
-        starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
-        if not cfg.sync or online_sent < max(starts, 1):
-            return
-        owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
-        self.wait_for(lambda: self.status.get("online_updates", 0) >= owed, "catch up")
-
-    def checkpoint(self, name: str, actor_state: dict, wait: bool) -> None:
-        previous = self.last_checkpoint
-        self.link.send("checkpoint", meta={"name": name, "actor_state": actor_state})
-        if wait:
-            self.wait_for(lambda: self.last_checkpoint != previous, "write a checkpoint")
+def learner_error(message: str) -> None:
+    raise TrainingError(message)
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -272,7 +254,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
-    env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
+    cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
+    env = FlatObservation(cell, cfg.obs)  # what the policy sees; the (simulated) human sees the cell
     eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)  # graded by ground truth
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)
@@ -286,39 +269,35 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     policy = SACAgent(agent_cfg)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
     link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
-    actor = Actor(cfg, link, policy)
+    learner = LearnerClient(link, policy, on_error=learner_error)
     t_start = time.time()
-    summary: dict = {}
 
     def checkpoint(step: int) -> None:
         name = f"step_{step:09d}"
-        actor.checkpoint(name, actor_state, wait=True)
+        previous = learner.last_checkpoint
+        link.send("checkpoint", meta={"name": name, "actor_state": actor_state})
+        wait_for(learner, lambda: learner.last_checkpoint != previous, "write a checkpoint")
         log(f"checkpoint {name} saved (env step {step})")
+
+    def evaluation(step: int, episodes: int) -> None:
+        record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step,
+                    logger, log)
 
     try:
         if not resume_from:
-            send_demo = lambda *tr: link.send("demo", transition_arrays(*tr))  # noqa: E731
-            if cfg.demo_store:
-                from robot_rl.data.demos import load_demos
-
-                info = load_demos(cfg.demo_store, env, cfg.task, send_demo)
-                actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
-                log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
-            elif cfg.demos:
-                info = collect_demos(env, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed, noise=cfg.demo_noise)
-                actor_state["demo_steps"] = info["steps"]
-                log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
+            send_demos(cfg, cell, env, link, actor_state, log)
         link.send("begin")
-        actor.wait_for(lambda: actor.weights_version >= 1, "pre-train", timeout=3600)
+        wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
         step = actor_state["env_steps"]
         if not resume_from:
-            record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, cfg.eval_episodes, seed=2_000_000), step, logger, log)
-        human = make_human(cfg)
-        raw, _ = env.env.reset(seed=cfg.seed + step)  # raw: what the (simulated) human looks at
-        obs = env.observation(raw)
+            evaluation(step, cfg.eval_episodes)
         random_until = 0 if cfg.has_demos else cfg.random_steps
-        solved = False  # ground truth, seen only by the classifier-reward bookkeeping
-        episode_human_steps, episode_start = 0, step
+
+        def act(raw: dict, obs: dict) -> np.ndarray:
+            return env.action_space.sample() if actor_state["env_steps"] < random_until else policy.act(obs)
+
+        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg), learner=learner, log=log)
+        loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
         checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
         while step < cfg.env_steps:
@@ -328,48 +307,25 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
                 name = signal.Signals(stop.signum).name
                 raise TrainingInterrupted(f"stopped by {name} at env step {step}; checkpoint step_{step:09d} "
                                           f"saved: continue with robot-rl train --resume {run_dir}", stop.signum)
-            actor.poll()
-            actor.wait_for_learner(step)
-            action = env.action_space.sample() if step < random_until else policy.act(obs)
-            human_action = human(raw) if human is not None else None
-            if human_action is not None:  # the human's action is the one executed and learned from
-                action = human_action
-                episode_human_steps += 1
-            next_raw, reward, terminated, truncated, info = env.env.step(action)
-            next_obs = env.observation(next_raw)
-            solved = solved or bool(info.get("ground_truth_success"))
-            link.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated,
-                                                      human_action is not None))
+            wait_for_learner(learner, cfg, step)
+            result = loop.step()
             step += 1
             actor_state["env_steps"] = step
-            obs, raw = next_obs, next_raw
-            if terminated or truncated:
-                actor_state["episodes"] += 1
-                actor_state["train_successes"].append(bool(info["success"]))
-                if cfg.reward_classifier:
-                    count_classifier_outcome(actor_state, bool(info["success"]), solved, logger, step)
-                if human is not None:
-                    count_interventions(actor_state, human.takeovers, episode_human_steps, step - episode_start,
-                                        logger, step)
-                    human.reset()
-                raw, _ = env.env.reset()
-                obs = env.observation(raw)
-                solved = False
-                episode_human_steps, episode_start = 0, step
+            if result.episode is not None:
+                count_episode(actor_state, result.episode, cfg, logger, step)
             if step % cfg.eval_every == 0 or step == cfg.env_steps:
-                episodes = cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes
-                record_eval(actor_state, evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000), step, logger, log)
+                evaluation(step, cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes)
             reached = (cfg.stop_at_success is not None and step % cfg.eval_every == 0
                        and actor_state["evals"][-1]["success_rate"] >= cfg.stop_at_success)
             if (step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached
                     or time.monotonic() - last_checkpoint_t >= cfg.checkpoint_every_s):
                 checkpoint(step)
                 last_checkpoint_t, checkpointed_at = time.monotonic(), step
-            logger.progress(step, actor_state, actor.status)
+            logger.progress(step, actor_state, learner.status)
             if reached:
                 log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
                 break
-        summary = make_summary(cfg, actor_state, time.time() - t_start, actor, run_dir, resume_from)
+        summary = make_summary(cfg, actor_state, time.time() - t_start, learner, run_dir, resume_from)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(actor_state["evals"], cfg)
         return summary
@@ -378,6 +334,35 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         link.close()
         env.close()
         eval_env.close()
+
+
+def send_demos(cfg: TrainConfig, cell, env: FlatObservation, link: LearnerLink, actor_state: dict, log) -> None:
+    """The demonstrations to the learner's demo buffer: from a store, or recorded now by the scripted expert."""
+    def send_demo(*transition) -> None:
+        link.send("demo", transition_arrays(*transition))
+
+    if cfg.demo_store:
+        from robot_rl.data.demos import load_demos
+
+        info = load_demos(cfg.demo_store, env, cfg.task, send_demo)
+        actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
+        log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
+    elif cfg.demos:
+        info = collect_demos(cell, env.observation, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed,
+                             noise=cfg.demo_noise)
+        actor_state["demo_steps"] = info["steps"]
+        log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
+
+
+def count_episode(actor_state: dict, episode: dict, cfg: TrainConfig, logger, step: int) -> None:
+    """A finished training episode (``ActorLoop``'s record) into the run's tallies."""
+    actor_state["episodes"] += 1
+    actor_state["train_successes"].append(episode["success"])
+    if cfg.reward_classifier:
+        count_classifier_outcome(actor_state, episode["success"], episode["ground_truth_solved"], logger, step)
+    if cfg.human_eagerness > 0:
+        count_interventions(actor_state, episode["interventions"], episode["intervention_steps"],
+                            episode["episode_steps"], logger, step)
 
 
 def make_human(cfg: TrainConfig):
@@ -425,18 +410,18 @@ def steps_to(evals: list[dict], threshold: float) -> int | None:
     return None
 
 
-def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, actor: Actor, run_dir: Path,
+def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, learner: LearnerClient, run_dir: Path,
                  resume_from: str | None = None) -> dict:
     evals = actor_state["evals"]
     return {
         "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
         "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
-        "updates": actor.status.get("updates", 0),
+        "updates": learner.status.get("updates", 0),
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
-        "wall_s": round(wall_s, 1), "checkpoint": actor.last_checkpoint or resume_from, "run_dir": str(run_dir),
-        "dropped_transitions": actor.link.endpoint.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
+        "wall_s": round(wall_s, 1), "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
+        "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": actor_state.get("classifier_episodes"),
         "human_eagerness": cfg.human_eagerness, "interventions": actor_state["interventions"],
         "intervention_steps": actor_state["intervention_steps"],

@@ -1,0 +1,98 @@
+"""The actor node's ROS-side parts: the teleop layer's action as the loop's human, operator
+events and the arm's mode from their topics, and the recorder topic as the episode recorder's
+store. Callbacks run on the node's executor thread; the actor loop reads from its own."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+
+from robot_rl.contract import OPERATOR_EVENTS
+from robot_rl.drivers import messages as msgs
+from robot_rl.runtime.wire import encode
+
+
+class EpisodeSink:
+    """Where ``EpisodeRecorder`` commits: here a ROS topic instead of a store."""
+
+    def __init__(self, publisher, fields: dict):
+        self.publisher, self.fields = publisher, fields
+        self.sent = 0
+
+    def add_episode(self, episode: dict) -> int:
+        self.publisher.publish(msgs.payload_msg(encode("episode", episode, None)))
+        self.sent += 1
+        return self.sent - 1
+
+
+class Teleop:
+    """The newest human action and whether the human holds the controls."""
+
+    def __init__(self, max_age_s: float):
+        self.max_age_s = max_age_s
+        self.intervening = False
+        self.action: np.ndarray | None = None
+        self.stamp = 0.0
+
+    def on_intervening(self, msg) -> None:
+        self.intervening = bool(msg.data)
+
+    def on_action(self, msg) -> None:
+        values = np.asarray(msg.data, np.float64)
+        if values.shape == (7,) and np.all(np.isfinite(values)):
+            self.action, self.stamp = np.clip(values, -1, 1).astype(np.float32), time.monotonic()
+
+    def __call__(self, raw: dict) -> np.ndarray | None:
+        if self.intervening and self.action is not None and time.monotonic() - self.stamp <= self.max_age_s:
+            return self.action
+        return None
+
+
+class OperatorEvents:
+    """``teleop/events`` queued for the actor loop (unknown names are logged and ignored)."""
+
+    def __init__(self, logger):
+        self.logger = logger
+        self._events: list[str] = []
+        self._lock = threading.Lock()
+        self._arrived = threading.Event()
+
+    def on_event(self, msg) -> None:
+        event = msg.data.strip().lower()
+        if event not in OPERATOR_EVENTS:
+            self.logger.warning(f"ignoring unknown teleop event {msg.data!r}; known: {', '.join(OPERATOR_EVENTS)}")
+            return
+        with self._lock:
+            self._events.append(event)
+            self._arrived.set()
+
+    def take(self) -> list[str]:
+        with self._lock:
+            events, self._events = self._events, []
+            self._arrived.clear()
+        return events
+
+    def wait(self, timeout: float) -> bool:
+        return self._arrived.wait(timeout)
+
+
+class ArmMode:
+    """The arm driver's mode from ``arm/status``: while it holds, commands are not executed."""
+
+    def __init__(self, logger):
+        self.logger = logger
+        self.mode = ""
+
+    def on_status(self, msg) -> None:
+        try:
+            self.mode = str(json.loads(msg.data).get("mode", ""))
+        except (ValueError, AttributeError):
+            self.logger.warning(f"ignoring a malformed arm status {msg.data[:80]!r}")
+
+    def holds(self) -> str:
+        """The mode if the arm ignores commands (e-stop, or its operator is gone), else "": what
+        the actor sends is then not what happens, so nothing of it may be learned or recorded."""
+        return self.mode if self.mode in ("estop", "operator_lost") else ""

@@ -1,0 +1,267 @@
+"""The actor loop: one control step at a time, the same code in ``robot-rl train`` (the sim twin
+in-process) and in ``actor_node`` (a robot, or the twin, behind ROS 2 topics). ROS-free.
+
+Per step: observe -> the human's action if the human holds the controls, else the policy's ->
+execute -> a transition for the learner (flagged when the human drove) -> the episode's
+recording and tally -> at the episode's end its record, then a reset. Between steps the newest
+policy weights are swapped in. What the loop is driven by comes from its caller:
+
+    env       a gym env of the robot contract (raw observations): ``PandaCellEnv`` or ``RosArmEnv``,
+              perhaps behind a ``ClassifierReward``; wrapped here with ``OperatorOutcome``
+    observe   raw observation -> the policy's flat observation (``FlatObservation.observation``)
+    act       (raw, obs) -> action: the learner's policy, random actions, a scripted expert, ...
+    human     raw -> action or None: a simulated human or the teleop devices (``None``: no human)
+    learner   a ``LearnerClient`` (weights in, transitions out), or None
+    recorder  an ``EpisodeRecorder`` (every finished episode, or only successes), or None
+
+Operator events (``contract.OPERATOR_EVENTS``) go to ``handle``: success / failure end the
+episode at the next step with that outcome, reset ends it now, rerecord ends it and drops its
+recording, pause / resume stop and restart acting. When the arm holds (``arm_holds()`` names
+why, e.g. e-stop, or its operator is gone) what was sent is not what happened: the episode is dropped, never
+learned from or recorded, and the next one starts when the arm takes commands again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from robot_rl.contract import OPERATOR_EVENTS
+from robot_rl.reward.wrapper import OperatorOutcome
+from robot_rl.runtime.learner import transition_arrays
+
+
+class LearnerClient:
+    """The actor's side of the learner link (any ``Endpoint``): transitions out; weights, status,
+    checkpoint notices and errors in. ``on_error(message)`` decides what a learner's error does."""
+
+    def __init__(self, endpoint, policy, on_error: Callable[[str], None]):
+        self.endpoint, self.policy, self.on_error = endpoint, policy, on_error
+        self.weights_version = 0
+        self.status: dict = {"online_updates": 0, "updates": 0, "metrics": {}}
+        self.last_checkpoint: str | None = None
+
+    def poll(self, timeout: float = 0.0) -> None:
+        for msg in self.endpoint.receive(timeout):
+            if msg.kind == "weights" and msg.meta.get("version", 0) != self.weights_version:
+                self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
+                self.weights_version = msg.meta.get("version", 0)
+            elif msg.kind == "status":
+                self.status = msg.meta
+            elif msg.kind == "checkpoint_saved":
+                self.last_checkpoint = msg.meta["path"]
+            elif msg.kind == "error":
+                self.on_error(str(msg.meta.get("message")))
+
+    def wait_for_first_weights(self, keep_waiting: Callable[[], bool], log: Callable[[str], None],
+                               remind_every_s: float = 10.0) -> None:
+        """Poll until the learner's first weights arrive, or ``keep_waiting()`` turns false."""
+        reminded = time.monotonic()
+        while self.weights_version == 0 and keep_waiting():
+            self.poll(0.5)
+            if self.weights_version == 0 and time.monotonic() - reminded >= remind_every_s:
+                log("waiting for the learner's first weights (is the learner running?)")
+                reminded = time.monotonic()
+
+    def send(self, kind: str, arrays=None, meta=None) -> bool:
+        return self.endpoint.send(kind, arrays, meta)
+
+    @property
+    def dropped(self) -> int:
+        return self.endpoint.dropped
+
+
+class EpisodeTally:
+    """One episode's return, length and interventions (a takeover = a run of human steps)."""
+
+    def __init__(self):
+        self.ret, self.steps, self.interventions, self.intervention_steps = 0.0, 0, 0, 0
+        self._was_human = False
+
+    def add(self, reward: float, human: bool) -> None:
+        self.ret += float(reward)
+        self.steps += 1
+        self.intervention_steps += human
+        self.interventions += human and not self._was_human
+        self._was_human = human
+
+    def summary(self) -> dict:
+        return {"episode_steps": self.steps, "return": self.ret, "interventions": self.interventions,
+                "intervention_steps": self.intervention_steps,
+                "intervention_rate": self.intervention_steps / max(self.steps, 1)}
+
+
+@dataclass
+class StepResult:
+    """What one control step did. ``episode``: the finished episode's record, if it ended."""
+
+    reward: float
+    by_human: bool
+    success: bool
+    info: dict
+    episode_step: int
+    episode_return: float
+    episode: dict | None = None
+    dropped: bool = False  # the arm held: the episode was dropped
+    extra: dict = field(default_factory=dict)
+
+
+class ActorLoop:
+    def __init__(self, env, observe: Callable[[dict], dict], act: Callable[[dict, dict], np.ndarray], *,
+                 human: Callable[[dict], np.ndarray | None] | None = None, learner: LearnerClient | None = None,
+                 recorder=None, keep: str = "all", arm_holds: Callable[[], str] | None = None,
+                 observe_now: Callable[[], dict] | None = None, ground_truth: bool = True,
+                 log: Callable[[str], None] = print):
+        """``observe_now``: a fresh raw observation without acting (after a pause; default: the
+        last one stands, as in a simulator that does not move meanwhile). ``ground_truth``: the
+        env reports the task's true success (a simulator), so each episode records whether it
+        was solved, whatever the reward said."""
+        if keep not in ("all", "successes"):
+            raise ValueError(f"keep must be 'all' or 'successes', got {keep!r}")
+        self.env = OperatorOutcome(env)
+        self.observe, self.act, self.human = observe, act, human
+        self.learner, self.recorder, self.keep = learner, recorder, keep
+        self.arm_holds, self.observe_now, self.ground_truth, self.log = arm_holds, observe_now, ground_truth, log
+        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "intervention_steps": 0,
+                      "recorded": 0, "rerecorded": 0, "dropped_arm_held": 0}
+        self.episodes: list[dict] = []  # one record per finished episode
+        self.paused = False
+        self.raw: dict | None = None
+        self._obs: dict | None = None
+        self._end_request: str | None = None  # "reset" / "rerecord": the operator ends the episode
+        self._solved = False  # the task was solved at some step, by the sim's ground truth
+        self._tally = EpisodeTally()
+        self._reset_due = False  # an episode ended: the next step() starts the next one
+
+    # ---- episodes ----------------------------------------------------------------------
+    def start(self, seed: int | None = None) -> None:
+        """The first episode (``seed`` seeds its reset); later ones start by themselves."""
+        self._new_episode(seed)
+
+    def _new_episode(self, seed: int | None = None) -> None:
+        self._reset_due = False
+        self.raw, _ = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        self._obs = self.observe(self.raw)
+        for part in (self.act, self.human):
+            reset = getattr(part, "reset", None)
+            if reset is not None:
+                reset()
+        self._tally, self._end_request, self._solved = EpisodeTally(), None, False
+        if self.recorder is not None:
+            self.recorder.start(self.raw)
+
+    def _finish_episode(self, info: dict) -> dict:
+        success = bool(info["success"])
+        tally = self._tally.summary()
+        self.stats["episodes"] += 1
+        self.stats["successes"] += success
+        self.stats["interventions"] += tally["interventions"]
+        self.stats["intervention_steps"] += tally["intervention_steps"]
+        record = {"steps": self.stats["steps"], "success": success,
+                  "ground_truth_solved": self._solved if self.ground_truth else None,
+                  "reward_source": info.get("reward_source", "ground_truth"), "ended_by": self._end_request, **tally}
+        if self.recorder is not None:
+            if self._end_request == "rerecord":
+                self.recorder.discard()
+            elif self.keep == "all" or success:
+                self.recorder.finish()
+                self.stats["recorded"] += 1
+            else:
+                self.recorder.discard()
+        if self._end_request == "rerecord":
+            self.stats["rerecorded"] += 1
+        self.episodes.append(record)
+        return record
+
+    # ---- operator ----------------------------------------------------------------------
+    def handle(self, event: str) -> None:
+        if event not in OPERATOR_EVENTS:
+            raise ValueError(f"unknown operator event {event!r}; known: {', '.join(OPERATOR_EVENTS)}")
+        if event in ("success", "failure", "reset", "rerecord") and self._reset_due:
+            self._new_episode()  # it is about the episode that starts now
+        if event in ("success", "failure"):
+            self.env.override(event == "success")
+        elif event in ("reset", "rerecord"):
+            self._end_request = event
+        elif event == "pause" and not self.paused:
+            self.paused = True
+            self.log("paused by the operator: holding still until 'resume'")
+        elif event == "resume" and self.paused:
+            self.paused = False
+            if self.observe_now is not None:  # the scene as it is now, not as it was at the pause
+                self.raw = self.observe_now()
+                self._obs = self.observe(self.raw)
+
+    # ---- one control step --------------------------------------------------------------
+    def step(self) -> StepResult | None:
+        """One control step; None while paused (nothing is commanded)."""
+        if self.paused:
+            return None
+        if self._reset_due:  # after the caller has seen the last episode's end (a robot's reset may wait)
+            self._new_episode()
+        if self.learner is not None:
+            self.learner.poll()  # the newest weights, between control steps
+        raw, obs = self.raw, self._obs
+        human_action = self.human(raw) if self.human is not None else None
+        action = human_action if human_action is not None else self.act(raw, obs)
+        next_raw, reward, terminated, truncated, info = self.env.step(action)
+        held = self.arm_holds() if self.arm_holds is not None else ""
+        if held:
+            return self._drop_episode(held, reward, info)
+        by_human = human_action is not None
+        if info.get("applied_by_operator"):  # the arm ran the operator's input: that is what is learned
+            action, by_human = info["applied_action"], True
+        if self._end_request and not terminated:
+            truncated = True
+        next_obs = self.observe(next_raw)
+        if self.learner is not None:
+            self.learner.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated,
+                                                              by_human))
+        if self.recorder is not None:
+            self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
+                               is_intervention=by_human)
+        self.stats["steps"] += 1
+        self._tally.add(reward, by_human)
+        self._solved = self._solved or bool(info.get("ground_truth_success", info["success"]))
+        result = StepResult(reward=float(reward), by_human=by_human, success=bool(info["success"]), info=info,
+                            episode_step=self._tally.steps, episode_return=self._tally.ret)
+        self.raw, self._obs = next_raw, next_obs
+        if terminated or truncated:
+            result.episode = self._finish_episode(info)
+            self._reset_due = True
+        return result
+
+    def _drop_episode(self, why: str, reward: float, info: dict) -> StepResult:
+        self.log(f"the arm holds ({why}): dropping this episode ({self._tally.steps} steps); the next starts when the arm "
+                 f"takes commands")
+        self.stats["dropped_arm_held"] += 1
+        if self.recorder is not None:
+            self.recorder.discard()
+        steps = self._tally.steps
+        self._reset_due = True  # a robot refuses (and waits out) the reset until its operator is back
+        return StepResult(reward=float(reward), by_human=False, success=False, info=info, episode_step=steps,
+                          episode_return=0.0, dropped=True)
+
+
+class ScriptedPolicy:
+    """The sim's scripted expert as the actor's policy (it reads the raw observation)."""
+
+    def __init__(self, task: str, seed: int):
+        from robot_rl.sim.experts import make_expert
+
+        self.expert = make_expert(task, noise=0.1, seed=seed)
+
+    def __call__(self, raw: dict, obs: dict) -> np.ndarray:
+        return self.expert(raw)
+
+    def reset(self) -> None:
+        self.expert.reset()
+
+
+def hold_still(raw: dict, obs: dict) -> np.ndarray:
+    """policy 'teleop': without a human action the arm holds still."""
+    return np.zeros(7, np.float32)
