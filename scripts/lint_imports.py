@@ -45,13 +45,15 @@ def package_dirs(repo: Path = REPO) -> dict[str, Path]:
     return dirs
 
 
-def _copy_sources(src: Path, dst: Path) -> None:
+def _copy_sources(src: Path, dest: Path, package: str) -> None:
+    """Copy ``src``'s .py files to where package ``package`` is installed under ``dest``."""
     for path in src.rglob("*.py"):
         if "__pycache__" in path.parts:
             continue
-        target = dst / path.relative_to(src)
+        target = dest.joinpath(*package.split("."), path.relative_to(src))
         if target.exists():
-            raise LayoutError(f"{path} and another mapped folder both provide {target.relative_to(dst.parent)}")
+            raise LayoutError(f"{path} and another mapped folder both provide {target.relative_to(dest)}: "
+                              "fix [tool.setuptools.package-dir] in pyproject.toml")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
 
@@ -63,7 +65,7 @@ def assemble(dest: Path, repo: Path = REPO) -> Path:
     robot_rl/drivers/ and teleop/ as robot_rl/teleop/."""
     # the root package first, then the mapped subpackages (parents before children)
     for name, folder in sorted(package_dirs(repo).items(), key=lambda item: item[0].count(".")):
-        _copy_sources(folder, dest.joinpath(*name.split(".")))
+        _copy_sources(folder, dest, name)
     return dest
 
 
