@@ -11,6 +11,7 @@ copies the .py files into the layout that gets installed (robot_rl/sim/, robot_r
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -23,10 +24,15 @@ from robot_rl.errors import UserFacingError
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT_PACKAGE = "robot_rl"
+LINTER = "importlinter"  # the module of PyPI's import-linter (the dev extra)
 
 
 class LayoutError(UserFacingError):
     """pyproject.toml does not describe a layout this script can assemble."""
+
+
+class LinterMissing(UserFacingError):
+    """import-linter is not installed in this environment."""
 
 
 def package_dirs(repo: Path = REPO) -> dict[str, Path]:
@@ -74,8 +80,11 @@ def lint(tree: Path, config: Path = REPO / ".importlinter") -> subprocess.Comple
 
     It runs with ``tree`` as the working directory and first on the path, so that
     ``robot_rl`` is the assembled copy, not the checkout or the editable install."""
+    if importlib.util.find_spec(LINTER) is None:
+        raise LinterMissing(f"{LINTER} is not importable by {sys.executable}: install the dev extra "
+                            "(pip install -e '.[dev]', or bash scripts/setup.sh)")
     command = [
-        sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+        sys.executable, "-c", f"from {LINTER}.cli import lint_imports_command; lint_imports_command()",
         "--config", str(Path(config).resolve()), "--no-cache", "--no-logo",
     ]
     env = dict(os.environ, PYTHONPATH=str(tree), COLUMNS="200", NO_COLOR="1")
@@ -85,11 +94,10 @@ def lint(tree: Path, config: Path = REPO / ".importlinter") -> subprocess.Comple
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="robot_rl-layers-") as tmp:
         try:
-            tree = assemble(Path(tmp))
-        except LayoutError as e:
+            result = lint(assemble(Path(tmp)))
+        except UserFacingError as e:
             print(f"lint_imports: error: {e}", file=sys.stderr)
             return 2
-        result = lint(tree)
     print(result.stdout, end="")
     print(result.stderr, end="", file=sys.stderr)
     return result.returncode

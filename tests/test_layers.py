@@ -113,3 +113,10 @@ def test_two_folders_providing_one_module_is_an_error(tmp_path):
     (repo / "robot_rl" / "sim" / "__init__.py").write_text("")
     with pytest.raises(lint_imports.LayoutError, match="both provide"):
         lint_imports.assemble(tmp_path / "out", repo=repo)
+
+
+def test_missing_import_linter_is_one_clear_error(tree, monkeypatch):
+    monkeypatch.setattr(lint_imports, "LINTER", "importlinter_not_installed")
+    with pytest.raises(lint_imports.LinterMissing, match=r"install the dev extra") as err:
+        lint_imports.lint(tree)
+    assert isinstance(err.value, UserFacingError) and "\n" not in str(err.value)
