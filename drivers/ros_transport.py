@@ -13,7 +13,7 @@ import logging
 
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
-from robot_rl.runtime.transport import Endpoint, _Mailbox
+from robot_rl.runtime.transport import Endpoint, Mailbox
 from robot_rl.runtime.wire import Message, decode, encode
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class RosEndpoint(Endpoint):
         from std_msgs.msg import UInt8MultiArray
 
         super().__init__(latest_only)
-        self._inbox = _Mailbox(maxsize, latest_only)
+        self._inbox = Mailbox(maxsize, latest_only)
         self._routes, self._default = dict(routes), default_topic
         self._pubs = {}
         for topic in {*routes.values(), default_topic}:

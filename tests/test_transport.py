@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from robot_rl.runtime.transport import (
+    Mailbox,
     Message,
     PipeEndpoint,
     inprocess_pair,
@@ -259,6 +260,55 @@ def test_no_pickle_anywhere(pickle_forbidden):
     finally:
         pa.close()
         pb.close()
+
+
+# --------------------------------------------------------------------------------------
+# Mailbox (the bounded queue behind every endpoint, ROS included)
+# --------------------------------------------------------------------------------------
+
+
+def test_mailbox_bounds_ordinary_kinds_and_keeps_newest_latest_only():
+    box = Mailbox(maxsize=2, latest_only=["weights"])
+    assert box.put("transition", 0) and box.put("weights", "w0") and box.put("transition", 1)
+    assert not box.put("transition", 2)  # full: ordinary kinds are bounded
+    assert box.put("weights", "w1")  # latest-only: replaces w0, goes to the back, never refused
+    assert len(box) == 3
+    assert [(item.kind, item.payload) for item in box.get_all()] == [
+        ("transition", 0), ("transition", 1), ("weights", "w1")]
+    assert box.get_all() == [] and box.get_one(timeout=0) is None
+    assert box.put("transition", 3)  # room again once drained
+
+
+@pytest.mark.timeout(8)  # put_wait and get_one(None) below must wake on events, not run into this
+def test_mailbox_put_wait_waits_for_room_and_close_wakes_everyone():
+    box = Mailbox(maxsize=1, latest_only=())
+    stop = threading.Event()
+    assert box.put("transition", 0)
+    results = []
+    waiter = threading.Thread(target=lambda: results.append(box.put_wait("transition", 1, stop)))
+    waiter.start()
+    assert box.get_one(timeout=None).payload == 0  # frees room: the waiting put goes in
+    waiter.join(5.0)
+    assert results == [True]
+    assert box.get_one(timeout=None).payload == 1
+
+    getter = threading.Thread(target=lambda: results.append(box.get_one(timeout=None)))
+    getter.start()
+    box.put("transition", 2)
+    getter.join(5.0)
+    assert results[-1].payload == 2
+    assert box.put("transition", 3)
+    stop.set()
+    assert not box.put_wait("transition", 4, stop)  # full and stopped: gives up
+    box.close()
+    assert box.closed and not box.put("transition", 5)
+    assert box.get_one(timeout=None).payload == 3  # queued items survive close
+    assert box.get_one(timeout=None) is None  # closed and empty: no waiting
+
+
+def test_mailbox_rejects_a_size_below_one():
+    with pytest.raises(ValueError, match="maxsize"):
+        Mailbox(maxsize=0, latest_only=())
 
 
 # --------------------------------------------------------------------------------------

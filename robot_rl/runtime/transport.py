@@ -28,7 +28,9 @@ tiny so that other transports (ROS 2) can implement it:
 * ``close()`` flushes what was already accepted for a bounded time and releases
   the link; the other side then sees ``peer_closed``.
 
-Two implementations live here:
+Both keep their queues in a :class:`Mailbox` (bounded, "latest wins" kinds), which other
+transports reuse (``drivers/ros_transport.py`` receives into one).  Two implementations live
+here:
 
 * :func:`inprocess_pair` - both endpoints in one process (tests, single-process
   runs), linked by bounded in-memory queues; frames still go through
@@ -75,6 +77,7 @@ from robot_rl.runtime.wire import Message, decode, encode, pack, unpack
 
 __all__ = [
     "Endpoint",
+    "Mailbox",
     "Message",
     "PipeEndpoint",
     "inprocess_pair",
@@ -102,10 +105,20 @@ class _Slot:
         self.payload = payload
 
 
-class _Mailbox:
-    """Thread-safe FIFO bounded to ``maxsize`` items of ordinary kinds, holding at most
-    one (the newest) item per latest-only kind.  ``close()`` ends the stream: puts fail,
-    waiting getters wake up, queued items can still be taken."""
+class Mailbox:
+    """A thread-safe, bounded FIFO of ``(kind, payload)`` items: the queue behind every
+    :class:`Endpoint` (other transports, e.g. ``drivers/ros_transport.py``, use it as their inbox).
+
+    * Items of ordinary kinds are bounded: at most ``maxsize`` are queued; ``put`` of one
+      more returns False (the caller counts the drop), ``put_wait`` waits for room.
+    * For each kind in ``latest_only`` at most one item (the newest) is queued: a newer one
+      replaces it and goes to the back of the queue.  These never count against ``maxsize``.
+    * ``get_one`` / ``get_all`` take items oldest first, as objects with ``.kind`` and
+      ``.payload``, waiting up to ``timeout`` seconds for the first (``None``: until one
+      arrives or the mailbox closes).
+    * ``close()`` ends the stream: puts fail, waiting getters wake up, queued items can
+      still be taken.
+    """
 
     def __init__(self, maxsize: int, latest_only: Iterable[str]) -> None:
         if maxsize < 1:
@@ -178,6 +191,7 @@ class _Mailbox:
             self._cond.wait(remaining)
 
     def get_one(self, timeout: float | None = None) -> _Slot | None:
+        """The oldest item, or None when none came within ``timeout`` s or the mailbox is closed and empty."""
         with self._cond:
             self._wait_nonempty(timeout)
             if not self._queue:
@@ -187,6 +201,7 @@ class _Mailbox:
             return slot
 
     def get_all(self, timeout: float | None = 0.0) -> list[_Slot]:
+        """Every queued item, oldest first (empty when none came within ``timeout`` s)."""
         with self._cond:
             self._wait_nonempty(timeout)
             out = [self._pop() for _ in range(len(self._queue))]
@@ -287,7 +302,7 @@ class Endpoint(ABC):
 
 
 class _InProcessEndpoint(Endpoint):
-    def __init__(self, inbox: _Mailbox, outbox: _Mailbox, latest_only: Iterable[str]) -> None:
+    def __init__(self, inbox: Mailbox, outbox: Mailbox, latest_only: Iterable[str]) -> None:
         super().__init__(latest_only)
         self._inbox = inbox  # peer -> us
         self._outbox = outbox  # us -> peer (the peer's inbox)
@@ -323,8 +338,8 @@ def inprocess_pair(
     """Two linked endpoints in one process; each direction is a bounded queue of
     ``maxsize`` messages.  Frames go through :func:`pack`/:func:`unpack` exactly as on
     the wire (packed on ``send``, unpacked on ``receive``)."""
-    a_to_b = _Mailbox(maxsize, latest_only)
-    b_to_a = _Mailbox(maxsize, latest_only)
+    a_to_b = Mailbox(maxsize, latest_only)
+    b_to_a = Mailbox(maxsize, latest_only)
     a = _InProcessEndpoint(inbox=b_to_a, outbox=a_to_b, latest_only=latest_only)
     b = _InProcessEndpoint(inbox=a_to_b, outbox=b_to_a, latest_only=latest_only)
     a._peer, b._peer = b, a
@@ -392,8 +407,8 @@ class PipeEndpoint(Endpoint):
         super().__init__(latest_only)
         self._conn = conn
         self._close_timeout = max(0.0, float(close_timeout))
-        self._outbox = _Mailbox(maxsize, self.latest_only)
-        self._inbox = _Mailbox(maxsize, self.latest_only)
+        self._outbox = Mailbox(maxsize, self.latest_only)
+        self._inbox = Mailbox(maxsize, self.latest_only)
         self._stop = threading.Event()
         self._peer_gone = threading.Event()
         self._closed = False
