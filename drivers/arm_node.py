@@ -1,7 +1,7 @@
 """``arm_node``: the arm behind ROS 2 topics, stepping at the control rate.
 
 Backend ``sim``: the twin, stepped in real time (one control period of physics per timer tick,
-its impedance controller inside). A real arm backend serves the same topics (see topics.py).
+its impedance controller inside), or with ``lockstep`` once per actor command (reproducible). A real arm backend serves the same topics (see topics.py).
 Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box, watchdog,
 latched e-stop, the operator's teleop action first while they intervene); malformed commands
 are dropped and counted, never fatal. Each tick also reports the action it executed and
@@ -45,6 +45,9 @@ class ArmNodeConfig:
     publish_scene: bool = True  # sim: the scene state the sim cameras render
     require_operator: bool = False  # hold while the teleop node's heartbeat is missing (see the module's doc)
     operator_timeout_s: float = 0.5
+    # sim only: the twin advances one control period per actor command (velocity + gripper)
+    # instead of on a timer, so a run is reproducible step for step (the arm waits for the actor)
+    lockstep: bool = False
 
 
 def make_backend(cfg: ArmNodeConfig):
@@ -58,6 +61,8 @@ class ArmNode(Node):
         super().__init__("arm")
         self.cfg = cfg = declare_config(self, ArmNodeConfig)
         self.limits = ControlLimits(control_hz=cfg.control_hz)
+        if cfg.lockstep and cfg.backend != "sim":
+            raise ValueError("lockstep:=true is for the sim twin only: a real arm keeps its own clock")
         self.backend = make_backend(cfg)
         self.backend.reset()
         self.supervisor = ArmSupervisor(self.limits, self.backend.safety_box, cfg.watchdog_periods,
@@ -88,7 +93,8 @@ class ArmNode(Node):
         self.create_service(Trigger, topics.RELEASE_ESTOP, self.on_release)
         self.ticks = 0
         self.last_mode = None
-        self.timer = self.create_timer(1.0 / cfg.control_hz, self.tick)
+        self.commanded: set[str] = set()  # lockstep: the parts of the next command received so far
+        self.timer = None if cfg.lockstep else self.create_timer(1.0 / cfg.control_hz, self.tick)
         self.publish_state()
         self.get_logger().info(f"arm ({cfg.backend}, {cfg.task}) at {cfg.control_hz:g} Hz; watchdog "
                                f"{cfg.watchdog_periods:g} periods" + (f"; holds without the operator's heartbeat "
@@ -103,6 +109,7 @@ class ArmNode(Node):
         except msgs.MessageError as e:
             return self.drops.drop("velocity command", str(e))
         self.supervisor.command_velocity(delta)
+        self.lockstep_tick("velocity")
 
     def on_pose(self, msg):
         try:
@@ -115,6 +122,15 @@ class ArmNode(Node):
         if not np.isfinite(msg.data):
             return self.drops.drop("gripper command", f"{msg.data}")
         self.supervisor.command_gripper(msg.data)
+        self.lockstep_tick("gripper")
+
+    def lockstep_tick(self, part: str) -> None:
+        """Lockstep: one control period once both parts of a command are in."""
+        if self.cfg.lockstep:
+            self.commanded.add(part)
+            if self.commanded >= {"velocity", "gripper"}:
+                self.commanded.clear()
+                self.tick()
 
     def on_teleop_action(self, msg):
         values = np.asarray(msg.data, np.float64)
@@ -145,10 +161,13 @@ class ArmNode(Node):
             return response
         self.backend.reset()
         self.supervisor.reset()
+        self.commanded.clear()
         self.last_mode = self.supervisor.mode
         self.publish_status()  # before the state: an actor sees the new mode by its first observation
-        self.publish_state()
-        response.success, response.message = True, f"episode {getattr(self.backend, 'episode', 0)}"
+        stamp = self.publish_state()
+        # the stamp tells the actor which state is the first of the new episode (RosArmEnv.reset)
+        response.success = True
+        response.message = f"episode {getattr(self.backend, 'episode', 0)}; {topics.RESET_STATE_STAMP} {stamp} ns"
         return response
 
     # ---- control loop --------------------------------------------------------------
@@ -170,7 +189,8 @@ class ArmNode(Node):
             self.last_mode = self.supervisor.mode
             self.publish_status()
 
-    def publish_state(self):
+    def publish_state(self) -> int:
+        """The arm's state (and in sim what only the twin knows), all stamped now; returns the stamp."""
         now = time.time_ns()
         if self.pub_scene is not None:  # first: the sim cameras start rendering this instant at once
             scene = self.backend.scene_state()
@@ -193,6 +213,7 @@ class ArmNode(Node):
         self.pub_wrench.publish(msgs.wrench_msg(state, now, frame))
         width = float(state[STATE_SLICES["gripper_width"]][0])
         self.pub_gripper.publish(JointState(header=msgs.header(now, frame), name=["width"], position=[width]))
+        return now
 
     def publish_status(self):
         s = self.supervisor

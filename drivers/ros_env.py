@@ -18,6 +18,7 @@ Python, below) keeps the newest message of each kind and decides when an observa
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import deque
@@ -146,6 +147,13 @@ def subscribe_arm_state(node, assembler: ObservationAssembler, drops: msgs.DropC
     return on_gripper, on_objects
 
 
+def reset_state_stamp(message: str) -> int:
+    """The stamp of the first state of the new episode, from ``arm/reset``'s reply; an arm driver
+    that does not name it: now (less the float-seconds tolerance)."""
+    found = re.search(rf"{topics.RESET_STATE_STAMP} (\d+) ns", message)
+    return int(found.group(1)) if found else time.time_ns() - TOLERANCE_NS
+
+
 class RosArmEnv(gym.Env):
     metadata = {"render_modes": []}
 
@@ -270,7 +278,7 @@ class RosArmEnv(gym.Env):
             if not self.node.context.ok():
                 raise StaleObservation("shut down while waiting for the operator")
             time.sleep(0.1)
-        self._last_stamp = time.time_ns() - TOLERANCE_NS  # a state from after the reset
+        self._last_stamp = reset_state_stamp(result.message) - 1  # the reset's state or a newer one
         self._steps = 0
         obs = self._wait_observation()
         obs.pop("success", None)

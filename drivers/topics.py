@@ -71,3 +71,4 @@ def qos_latched():
 
     return QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+RESET_STATE_STAMP = "state at"  # arm/reset's reply names the stamp of the episode's first state: "state at <ns> ns"
