@@ -36,7 +36,7 @@ from robot_rl.drivers.ros_transport import actor_endpoint
 from robot_rl.envs import FlatObservation
 from robot_rl.runtime.learner import transition_arrays
 from robot_rl.runtime.wire import encode
-from robot_rl.config import POLICIES, ActorNodeConfig, TrainConfig, agent_config_for
+from robot_rl.config import POLICIES, ActorNodeConfig, agent_config_for, write_config_json
 
 
 
@@ -101,6 +101,8 @@ class ActorNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__("actor", **node_kwargs)
         self.cfg = cfg = declare_config(self, ActorNodeConfig)
+        if cfg.run_dir:
+            write_config_json(f"{cfg.run_dir}/actor_config.json", cfg)
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
         limits = ControlLimits(control_hz=cfg.control_hz)
@@ -128,9 +130,7 @@ class ActorNode(Node):
 
         self.env = env = OperatorOutcome(env)
         self.flat = FlatObservation(env, cfg.obs)
-        train = TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
-                            demos=1 if cfg.demo_store else 0)
-        self.policy = SACAgent(agent_config_for(train, self.flat))
+        self.policy = SACAgent(agent_config_for(cfg, self.flat))  # built as the learner's, from the same fields
         self.expert = None
         if cfg.policy == "expert":
             from robot_rl.sim.experts import make_expert
