@@ -124,13 +124,23 @@ def spin_in_background(node) -> BackgroundSpinner:
 
 def run_loop(node_factory, args=None) -> None:
     """For nodes whose work is a loop (``node.loop(stop)``) rather than callbacks: callbacks
-    spin in the background; SIGTERM / Ctrl-C end the loop; ``node.close()`` runs at the end."""
+    spin in the background; SIGTERM / Ctrl-C end the loop; ``node.close()`` runs at the end. A
+    configuration the node refuses (bad parameters) is one line and exit status 2 (a supervisor
+    does not restart it: restarting would not fix it)."""
     import threading
+    from pathlib import Path
 
     import rclpy
 
+    from robot_rl.errors import UserFacingError
+
     rclpy.init(args=args if args is not None else sys.argv)
-    node = node_factory()
+    try:
+        node = node_factory()
+    except (UserFacingError, ValueError) as err:
+        rclpy.try_shutdown()
+        print(f"{Path(sys.argv[0]).stem}: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     executor = spin_in_background(node)
     stop = threading.Event()
     try:

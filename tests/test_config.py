@@ -311,3 +311,19 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
     assert written["agent"] == {"hidden": [32, 32]} and written["residual"] is False
     assert node.policy.config.hidden == (32, 32)
     assert node.policy.config.residual_scale == 0.0  # with demos, residual unless residual:=false
+
+
+def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path):
+    """Exit status 2: the stack supervisor does not respawn a node whose configuration is wrong."""
+    pytest.importorskip("rclpy")
+    import subprocess
+    import sys
+
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    result = subprocess.run([sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args", "-p",
+                             f"run_dir:={tmp_path / 'run'}", "-p", "agent:=[num_critic=3]"],
+                            env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("learner_node: error: parameter agent: unknown key 'num_critic'")
