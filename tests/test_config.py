@@ -32,7 +32,7 @@ def other_value(f: dataclasses.Field, kind) -> tuple[list[str], object]:
     """Options that set field ``f`` to a value other than its default, and that value."""
     default = field_default(f)
     flag = option(f.name)
-    if typing.get_origin(kind) is typing.Union or type(None) in typing.get_args(kind):
+    if type(None) in typing.get_args(kind):  # X | None
         kind = next(a for a in typing.get_args(kind) if a is not type(None))
     if "choices" in f.metadata:
         value = next(c for c in f.metadata["choices"] if c != default)
