@@ -24,7 +24,7 @@ from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
 
 from robot_rl.actor import ActorLoop, LearnerClient, ScriptedPolicy, hold_still
 from robot_rl.agents.sac import SACAgent
-from robot_rl.config import POLICIES, ActorNodeConfig, TrainConfig, agent_config_for
+from robot_rl.config import POLICIES, ActorNodeConfig, agent_config_for, write_config_json
 from robot_rl.contract import ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.drivers import topics
@@ -39,6 +39,8 @@ class ActorNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__("actor", **node_kwargs)
         self.cfg = cfg = declare_config(self, ActorNodeConfig)
+        if cfg.run_dir:
+            write_config_json(f"{cfg.run_dir}/actor_config.json", cfg)
         if cfg.policy not in POLICIES or cfg.keep not in ("all", "successes"):
             raise ValueError(f"policy must be one of {POLICIES} and keep 'all' or 'successes'; got {cfg.policy!r}, "
                              f"{cfg.keep!r}")
@@ -57,9 +59,7 @@ class ActorNode(Node):
 
             env = ClassifierReward(env, *load_classifier(cfg.reward_classifier))
         flat = FlatObservation(env, cfg.obs)
-        train = TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
-                            demos=1 if cfg.demo_store else 0)
-        self.policy = SACAgent(agent_config_for(train, flat))
+        self.policy = SACAgent(agent_config_for(cfg, flat))  # built as the learner's, from the same fields
         self.endpoint = actor_endpoint(self)
         self.learner = LearnerClient(self.endpoint, self.policy,
                                      on_error=lambda m: self.get_logger().error(f"learner: {m}"))

@@ -5,7 +5,8 @@ the recorder has committed to the online store; the agent resumes from the newes
 the run folder that verifies (``resume``; what a save killed midway left is ignored and removed).
 So a learner killed and restarted mid-run loses no completed episode, and the actors keep acting
 with the last weights they have meanwhile. Checkpoints (agent only; the replay lives in the
-stores) are written every ``checkpoint_every_s``.
+stores) are written every ``checkpoint_every_s``. The node's whole resolved config is written to
+``<run_dir>/learner_config.json`` and kept in each checkpoint (``train_config``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import rclpy
 import torch
 from rclpy.node import Node
@@ -27,15 +27,7 @@ from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (clean_leftovers, latest_checkpoint, list_checkpoints, load_agent,
                                          write_checkpoint)
 from robot_rl.runtime.learner import Learner, build_learner
-from robot_rl.config import LearnerNodeConfig, TrainConfig, agent_config_for
-
-
-def train_config(cfg: LearnerNodeConfig) -> TrainConfig:
-    return TrainConfig(task=cfg.task, obs=cfg.obs, cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size),
-                       demo_store=cfg.demo_store or None, demos=0, seed=cfg.seed, utd=cfg.utd,
-                       batch_size=cfg.batch_size, pretrain_steps=cfg.pretrain_steps,
-                       critic_warmup_steps=cfg.critic_warmup_steps, weights_every=cfg.weights_every,
-                       run_dir=cfg.run_dir, sync=False, progress=False)
+from robot_rl.config import LearnerNodeConfig, agent_config_for, write_config_json
 
 
 def load_online_store(path: str, env, task: str, replay) -> dict:
@@ -62,22 +54,17 @@ class LearnerNode(Node):
         self.cfg = cfg = declare_config(self, LearnerNodeConfig)
         torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.train = train_config(cfg)
         self.env = spec_env(cfg.task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
-        agent_cfg = agent_config_for(self.train, self.env)
         self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_config_json(self.run_dir / "learner_config.json", cfg)
         self.endpoint = learner_endpoint(self)
-        self.learner: Learner = build_learner(dataclasses.asdict(self.train), dataclasses.asdict(agent_cfg),
-                                              {k: [list(s), np.dtype(d).str] for k, (s, d) in obs_spec(self.env.observation_space).items()},
-                                              self.endpoint, self.run_dir)
+        self.learner: Learner = build_learner(cfg, agent_config_for(cfg, self.env),
+                                              obs_spec(self.env.observation_space), self.endpoint, self.run_dir)
         for leftover in clean_leftovers(self.run_dir):
             self.get_logger().warning(f"removed {leftover}, left by a checkpoint save that was interrupted")
         ckpt = latest_checkpoint(self.run_dir, log=self.get_logger().warning) if cfg.resume else None
         if ckpt is not None:
-            self.learner.agent = load_agent(ckpt / "agent.safetensors")
-            self.learner.started = True
-            self.learner.normalizer_fitted = True
+            self.learner.resume_from(load_agent(ckpt / "agent.safetensors"))
             self.get_logger().info(f"resumed the agent from {ckpt}")
         log = self.get_logger().info
         if cfg.demo_store:
@@ -87,8 +74,7 @@ class LearnerNode(Node):
             log(f"{info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
         if cfg.online_store and Path(cfg.online_store).exists():
             info = load_online_store(cfg.online_store, self.env, cfg.task, self.learner.replay)
-            self.learner.online_received = info["steps"]
-            self.learner.online_updates = int(self.train.utd * info["steps"]) if ckpt is not None else 0
+            self.learner.reloaded_online(info["steps"])
             log(f"{info['episodes']} recorded episodes ({info['steps']} steps) from {cfg.online_store}")
         self.checkpoints = 0
         self.last_checkpoint = time.monotonic()
@@ -96,7 +82,7 @@ class LearnerNode(Node):
     def checkpoint(self, announce: bool = True) -> Path:
         name = time.strftime("%Y%m%d-%H%M%S-") + f"{self.learner.agent.num_updates:09d}"
         state = {"updates": self.learner.agent.num_updates, "online": self.learner.online_received,
-                 "train_config": dataclasses.asdict(self.train)}
+                 "train_config": dataclasses.asdict(self.cfg)}
         path = write_checkpoint(self.run_dir, name, self.learner.agent, None, state)
         for old in list_checkpoints(self.run_dir)[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)

@@ -6,36 +6,59 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import typing
 
 
 def declare_config(node, config_cls):
-    """Declare one ROS parameter per dataclass field and build the config from their values:
-    the node takes the same config as the Python API. Tuples are typed arrays (``-p
-    cameras:=[front,wrist]``; ``[]`` is the empty tuple); ``None`` defaults are ``""``."""
-    from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+    """Declare one ROS parameter per dataclass field, with the field's help as its description,
+    and build the config from their values: the node takes the same config as the Python API
+    (``robot_rl.config``; names stay flat: ``task``, ``utd``, ...). Tuples are typed arrays
+    (``-p cameras:=[front,wrist]``; ``[]`` is the empty tuple); ``None`` defaults are ``""``; a
+    dict (``agent``) is a string array of KEY=VALUE, as the CLI's ``--agent``
+    (``-p agent:=[critic_actor_ratio=2]``)."""
+    from rcl_interfaces.msg import ParameterDescriptor
 
+    from robot_rl.config import check_values, field_default, parse_key_values
+
+    hints = typing.get_type_hints(config_cls)
     values = {}
     for f in dataclasses.fields(config_cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        descriptor = ParameterDescriptor()
-        if isinstance(default, tuple):
-            kind = type(default[0]) if default else str
-            descriptor.type = {str: ParameterType.PARAMETER_STRING_ARRAY, int: ParameterType.PARAMETER_INTEGER_ARRAY,
-                               float: ParameterType.PARAMETER_DOUBLE_ARRAY}[kind]
-            value = node.declare_parameter(f.name, list(default), descriptor).value
-            value = tuple(value) if value is not None else ()
+        default = field_default(f)
+        descriptor = ParameterDescriptor(description=f.metadata.get("help", ""))
+        if isinstance(default, dict):  # KEY=VALUE strings, as the CLI's --agent
+            items = _declare_array(node, f.name, [f"{k}={json.dumps(v)}" for k, v in default.items()], str, descriptor)
+            value = parse_key_values(items, f"parameter {f.name}")
+            if f.metadata.get("of") is not None:
+                value = check_values(f.metadata["of"](), value, f"parameter {f.name}")
+        elif isinstance(default, tuple):
+            value = tuple(_declare_array(node, f.name, list(default), typing.get_args(hints[f.name])[0], descriptor))
         elif isinstance(default, float):  # a launch file's "0" arrives as an integer: take it as 0.0
-            value = node.declare_parameter(f.name, default, ParameterDescriptor(dynamic_typing=True)).value
+            descriptor.dynamic_typing = True
+            value = node.declare_parameter(f.name, default, descriptor).value
             if isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             elif not isinstance(value, float):
                 raise ValueError(f"parameter {f.name} is a number, got {value!r}")
         else:
-            value = node.declare_parameter(f.name, "" if default is None else default).value
+            value = node.declare_parameter(f.name, "" if default is None else default, descriptor).value
             if default is None and value == "":
                 value = None
         values[f.name] = value
     return config_cls(**values)
+
+
+def _declare_array(node, name: str, default: list, element: type, descriptor) -> list:
+    """An array parameter of ``element``s. An empty default is declared by its type (from ``[]``
+    rclpy would infer a byte array), then set to an empty array of that type unless given."""
+    from rclpy.parameter import Parameter
+
+    kind = {str: Parameter.Type.STRING_ARRAY, int: Parameter.Type.INTEGER_ARRAY,
+            float: Parameter.Type.DOUBLE_ARRAY}[element]
+    value = node.declare_parameter(name, default or kind, descriptor).value
+    if value is None:
+        node.set_parameters([Parameter(name, kind, [])])
+        value = []
+    return list(value)
 
 
 def status_json(**fields) -> str:
@@ -101,13 +124,23 @@ def spin_in_background(node) -> BackgroundSpinner:
 
 def run_loop(node_factory, args=None) -> None:
     """For nodes whose work is a loop (``node.loop(stop)``) rather than callbacks: callbacks
-    spin in the background; SIGTERM / Ctrl-C end the loop; ``node.close()`` runs at the end."""
+    spin in the background; SIGTERM / Ctrl-C end the loop; ``node.close()`` runs at the end. A
+    configuration the node refuses (bad parameters) is one line and exit status 2 (a supervisor
+    does not restart it: restarting would not fix it)."""
     import threading
+    from pathlib import Path
 
     import rclpy
 
+    from robot_rl.errors import UserFacingError
+
     rclpy.init(args=args if args is not None else sys.argv)
-    node = node_factory()
+    try:
+        node = node_factory()
+    except (UserFacingError, ValueError) as err:
+        rclpy.try_shutdown()
+        print(f"{Path(sys.argv[0]).stem}: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     executor = spin_in_background(node)
     stop = threading.Event()
     try:

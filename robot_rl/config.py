@@ -1,85 +1,171 @@
-"""Every configuration of robot_rl, in one place: training (``TrainConfig``), and the ROS nodes'
-(``ActorNodeConfig``, ``LearnerNodeConfig``). The command line, the ROS parameters and the YAML
-files are generated from these dataclasses."""
+"""Every configuration of robot_rl, in one place: training (``TrainConfig``) and the ROS nodes'
+(``ActorNodeConfig``, ``LearnerNodeConfig``).
+
+A field and its default are written once: the three share base dataclasses (``CellConfig``:
+what the policy observes; ``PolicyConfig``: what shapes its networks; ``LearningConfig``: how
+the learner learns) and add only their own fields. Each field carries its help text
+(``setting``). From these dataclasses come the ``robot-rl train`` options
+(``robot_rl.config_cli``), the ROS parameters (``robot_rl.drivers.node.declare_config``) and the
+checks of YAML / JSON configs (``check_values``): unknown keys and wrong types are one
+``ConfigError`` line naming the file and the field.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import json
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robot_rl.agents.sac import SACConfig
-from robot_rl.envs import obs_spec
+from robot_rl.errors import UserFacingError
+
+
+class ConfigError(UserFacingError):
+    """A config value that does not fit its dataclass; the message names where it came from and the field."""
+
+
+def setting(default, help: str, **extra):
+    """A config field: its default and its help (the CLI's --help and the ROS parameter's
+    description). ``extra`` says more for the generated options and checks: ``choices``,
+    ``metavar``, ``flags`` (more option strings, e.g. ``("--steps",)``), ``of`` (a function
+    returning the dataclass whose fields a dict holds), ``parse`` (text -> {field: value}, for an option that sets more
+    than its field)."""
+    metadata = {"help": help, **extra}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def field_default(f: dataclasses.Field):
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def sac_config():
+    """``SACConfig``, imported when needed: ``robot-rl`` starts without loading torch."""
+    from robot_rl.agents.sac import SACConfig
+
+    return SACConfig
+
+
+def demos_or_store(text: str) -> dict:
+    """``--demos N`` (scripted demonstrations recorded first) or ``--demos STORE`` (an episode store)."""
+    return {"demos": int(text), "demo_store": None} if text.isdigit() else {"demos": 0, "demo_store": text}
+
+
+# ------------------------------------------------------------------ shared parts
+@dataclass
+class CellConfig:
+    """What the policy observes (the trainer, the actor node and the learner node alike)."""
+
+    task: str = setting("PickCube", "the task (robot-rl sim tasks lists them)")
+    obs: str = setting("state", "state: robot state + the sim's object poses (sim only); pixels: cameras + robot state",
+                       choices=("state", "pixels"))
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "the cameras (the policy's with obs pixels)", metavar="NAME")
+    image_size: tuple[int, int] = setting((64, 64), "camera frames: height width (one number: square)", metavar="N")
+    seed: int = setting(0, "random seed")
 
 
 @dataclass
-class TrainConfig:
-    task: str = "PickCube"
-    backend: str = "mujoco"
-    obs: str = "state"  # "state" (robot state + object poses) or "pixels" (cameras + robot state)
-    image_size: tuple[int, int] = (64, 64)
-    cameras: tuple[str, ...] = ("front", "wrist")
-    demos: int = 10  # scripted demonstrations to record in memory first (ignored with demo_store)
-    demo_store: str | None = None  # an episode store (robot-rl record / teleop) to take the demos from
-    demo_noise: float = 0.1
-    reward_classifier: str | None = None  # a success classifier folder: reward from camera frames, not ground truth
-    # > 0: a simulated human (teleop/simulated_human.py) watches and takes over when the policy
-    # stalls or heads for failure; its actions are executed, flagged and learned from
-    human_eagerness: float = 0.0
-    human_takeover_steps: int = 15
-    human_max_takeovers: int = 3  # per episode
-    # > 0: also this many behaviour-cloning steps of the policy's base (residual) or mean on the
-    # demo buffer per human step received (DAgger-style). Off: on PickCube (10 demos) it made
-    # the simulated human's help a hindrance (not at 90% by 15k steps; 5k without this)
-    intervention_bc_steps: int = 0
-    env_steps: int = 20_000
-    seed: int = 0
-    # learner pacing
-    utd: float = 2.0  # gradient updates per online transition
-    batch_size: int = 256
-    demo_fraction: float = 0.5
-    n_step: int = 1
-    critic_actor_ratio: int = 1
-    pretrain_steps: int = 1000  # behaviour cloning steps on the demos before RL
-    critic_warmup_steps: int = 1000  # critic-only updates on the demos before RL
-    random_steps: int = 1000  # uniform random actions first, only when there are no demos
-    actor_delay: int = 0  # online env steps before the actor starts updating (critic-only until then)
-    learning_starts: int = 0
-    replay_capacity: int = 200_000
-    demo_capacity: int = 50_000
-    weights_every: int = 50  # updates between weight broadcasts
-    # runtime
-    learner: str = "process"  # "process" or "inline"
-    sync: bool = True
-    max_lead: int = 10
-    # evaluation and output
-    eval_every: int = 2000
-    eval_episodes: int = 20
-    stop_at_success: float | None = None  # end the run at the first evaluation at or above this success rate
-    final_eval_episodes: int = 50
-    checkpoint_every: int = 2000  # env steps between checkpoints ...
-    checkpoint_every_s: float = 300.0  # ... or seconds, whichever comes first (and always on SIGTERM/SIGINT)
-    run_dir: str | None = None
-    progress: bool = True
-    residual: bool = True  # with demos: residual RL on a frozen BC base (see agents/sac.py)
-    residual_scale: float = 0.5
-    residual_penalty: float = 0.1  # holds the policy near the base unless Q clearly says otherwise
-    agent: dict = field(default_factory=dict)  # SACConfig overrides
+class PolicyConfig:
+    """What shapes the policy's networks: the actor's copy is built as the learner's."""
+
+    demo_store: str | None = setting(None, "an episode store (robot-rl record / teleop) of demonstrations; with "
+                                           "demos the policy acts residually on a behaviour-cloned base",
+                                     metavar="STORE")
+    residual: bool = setting(True, "with demos: residual RL on a frozen behaviour-cloned base (see agents/sac.py)")
+    residual_scale: float = setting(0.5, "with demos and residual: bound of the learned correction to the base")
+    residual_penalty: float = setting(0.1, "with demos and residual: holds the policy near the base unless Q "
+                                           "clearly says otherwise")
+    agent: dict = setting({}, "SAC settings (SACConfig in agents/sac.py), KEY=VALUE, repeatable; e.g. "
+                              "critic_actor_ratio=2", of=sac_config, metavar="KEY=VALUE")
 
     @property
     def has_demos(self) -> bool:
-        return self.demo_store is not None or self.demos > 0
+        return bool(self.demo_store)
+
+
+@dataclass
+class LearningConfig:
+    """How the learner learns (the trainer's learner and the learner node alike)."""
+
+    utd: float = setting(2.0, "gradient updates per online transition (update-to-data ratio)")
+    batch_size: int = setting(256, "transitions per gradient update")
+    demo_fraction: float = setting(0.5, "share of each batch drawn from the demo buffer")
+    n_step: int = setting(1, "n-step returns")
+    pretrain_steps: int = setting(1000, "behaviour-cloning steps on the demos before RL")
+    critic_warmup_steps: int = setting(1000, "critic-only updates on the demos before RL")
+    random_steps: int = setting(1000, "without demos: uniform random actions first; learning starts after them")
+    actor_delay: int = setting(0, "online transitions before the actor starts updating (critic-only until then)")
+    learning_starts: int = setting(0, "online transitions before learning starts (0: after random_steps without "
+                                      "demos, at once with them)")
+    intervention_bc_steps: int = setting(0, "> 0: also this many behaviour-cloning steps of the policy's base on the "
+                                            "demo buffer per human step received (DAgger-style; off: on PickCube it "
+                                            "made the simulated human's help a hindrance)")
+    replay_capacity: int = setting(200_000, "online replay buffer size (transitions)")
+    demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)")
+    weights_every: int = setting(50, "updates between weight broadcasts to the actors")
+
+
+@dataclass
+class RewardConfig:
+    """Where the reward comes from (the trainer and the actor node)."""
+
+    reward_classifier: str | None = setting(None, "a success classifier folder (robot-rl classifier train): reward "
+                                                  "and episode end from camera frames, not the sim's ground truth",
+                                            metavar="DIR")
+
+
+# ------------------------------------------------------------------ robot-rl train
+@dataclass
+class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
+    """``robot-rl train``: the sim twin, the actor loop and its learner."""
+
+    backend: str = setting("mujoco", "the simulator")
+    demos: int = setting(10, "scripted demonstrations to record first (ignored with demo_store); --demos also takes "
+                             "an episode store", metavar="N|STORE", parse=demos_or_store)
+    demo_noise: float = setting(0.1, "action noise of the scripted demonstrations")
+    human_eagerness: float = setting(0.0, "> 0: a simulated human (scripted expert) watches and takes over when the "
+                                          "policy stalls or heads for failure; eagerness in (0, 1]: how soon",
+                                     flags=("--simulated-human",), metavar="EAGERNESS")
+    human_takeover_steps: int = setting(15, "steps the simulated human drives per takeover")
+    human_max_takeovers: int = setting(3, "simulated human takeovers per episode at most")
+    env_steps: int = setting(20_000, "environment steps in all", flags=("--steps",))
+    learner: str = setting("process", "the learner in its own process or driven inline between control steps",
+                           choices=("process", "inline"))
+    sync: bool = setting(True, "sim pacing: the actor waits when it is more than max_lead steps ahead of the "
+                               "update-to-data ratio (a real robot never waits)")
+    max_lead: int = setting(10, "with sync: env steps the actor may run ahead of the learner")
+    eval_every: int = setting(2000, "env steps between evaluations (ground truth, deterministic policy)")
+    eval_episodes: int = setting(50, "episodes per evaluation")
+    stop_at_success: float | None = setting(None, "end the run at the first evaluation at or above this success rate",
+                                            metavar="RATE")
+    final_eval_episodes: int = setting(50, "episodes of the last evaluation")
+    checkpoint_every: int = setting(2000, "env steps between checkpoints ...", metavar="STEPS")
+    checkpoint_every_s: float = setting(300.0, "... or seconds, whichever comes first (and always on SIGTERM / "
+                                               "Ctrl-C)", metavar="SECONDS")
+    run_dir: str | None = setting(None, "run folder (default runs/train-<task>-<obs>-<time>)", metavar="DIR")
+    progress: bool = setting(True, "a progress line while training")
+
+    @property
+    def has_demos(self) -> bool:
+        return bool(self.demo_store) or self.demos > 0
 
     def validate(self) -> None:
         if self.learner not in ("process", "inline"):
             raise ValueError(f"learner must be 'process' or 'inline', got {self.learner!r}")
         for name in ("env_steps", "batch_size", "eval_every", "eval_episodes", "final_eval_episodes",
-                     "checkpoint_every", "weights_every"):
+                     "checkpoint_every", "weights_every", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.checkpoint_every_s > 0:
             raise ValueError(f"checkpoint_every_s must be > 0 seconds, got {self.checkpoint_every_s}")
         if self.stop_at_success is not None and not 0.0 <= self.stop_at_success <= 1.0:
             raise ValueError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
+        if not 0.0 <= self.demo_fraction <= 1.0:
+            raise ValueError(f"demo_fraction is a share of the batch in [0, 1], got {self.demo_fraction}")
         if min(self.image_size) < 1:
             raise ValueError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():
@@ -90,64 +176,191 @@ class TrainConfig:
             raise ValueError(f"human_eagerness must lie in [0, 1] (0: no human), got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
-        agent = SACConfig.from_dict(self.agent)  # unknown keys fail here, before anything starts
+        agent = sac_config().from_dict(self.agent)  # unknown keys fail here, before anything starts
         if not 1 <= agent.num_target_critics <= agent.num_critics:
             raise ValueError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
+        if agent.critic_actor_ratio < 1:
+            raise ValueError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
+                             f"got {agent.critic_actor_ratio}")
+        if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
+            raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
+                                    "from a local file)")
 
 
-def agent_config_for(cfg: TrainConfig, env) -> SACConfig:
+def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env) -> SACConfig:
+    """The agent of a config (its cell, policy and agent settings) on ``env``'s observations."""
+    from robot_rl.envs import obs_spec
+
     spec = obs_spec(env.observation_space)
+    residual = cfg.residual and cfg.has_demos
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
                 grasp_critic=env.unwrapped.task.uses_gripper,
-                residual_scale=cfg.residual_scale if cfg.residual and cfg.has_demos else 0.0,
-                residual_penalty=cfg.residual_penalty if cfg.residual and cfg.has_demos else 0.0)
-    return SACConfig.from_dict({**base, **cfg.agent})
+                residual_scale=cfg.residual_scale if residual else 0.0,
+                residual_penalty=cfg.residual_penalty if residual else 0.0)
+    return sac_config().from_dict({**base, **cfg.agent})
 
 
-@dataclass
-class ActorNodeConfig:
-    task: str = "PickCube"
-    obs: str = "state"  # "state" (sim only: object poses) or "pixels"
-    cameras: tuple[str, ...] = ("front", "wrist")  # subscribed when obs is pixels (or for the classifier)
-    image_size: tuple[int, ...] = (64, 64)
-    sim: bool = True  # the arm is the twin: ground-truth success and object poses are published
-    reward_classifier: str = ""  # a classifier folder: reward from camera frames, not ground truth
-    control_hz: float = 10.0
-    # commands leave this long after their observation's arm tick (0: the moment they are
-    # ready): a constant delay and a regular command rate, whatever a step's render and
-    # inference took (bench ros: pixel policy loop jitter p99 7 -> 3 ms)
-    command_latency_ms: float = 15.0
-    max_episode_steps: int = 0  # 0: the task's limit
-    env_steps: int = 0  # stop after this many steps (0: run until shut down)
-    record: bool = True  # finished episodes -> recorder/episodes
-    keep: str = "all"  # episodes to record: all, successes
-    episodes: int = 0  # stop after this many recorded episodes (0: no limit)
-    policy: str = "learner"  # learner (weights from learner_node), expert (the sim's scripted expert), teleop
-    run_dir: str = ""  # where to write actor_summary.json when the run ends (robot-rl report reads it)
-    seed: int = 0
-    demo_store: str = ""  # the learner's demonstrations, if any: then the policy acts residually on a BC base
-
-
+# ------------------------------------------------------------------ ROS nodes
 POLICIES = ("learner", "expert", "teleop")
 
 
 @dataclass
-class LearnerNodeConfig:
-    task: str = "PickCube"
-    obs: str = "state"
-    cameras: tuple[str, ...] = ("front", "wrist")
-    image_size: tuple[int, ...] = (64, 64)
-    run_dir: str = "runs/ros-train"
-    demo_store: str = ""  # demonstrations (robot-rl record / teleop)
-    online_store: str = ""  # the recorder node's store: reloaded into the replay on start
-    resume: bool = True  # continue from the newest checkpoint in run_dir
-    seed: int = 0
-    utd: float = 2.0
-    batch_size: int = 256
-    pretrain_steps: int = 1000
-    critic_warmup_steps: int = 1000
-    weights_every: int = 50
-    checkpoint_every_s: float = 60.0
-    keep_checkpoints: int = 3
-    torch_threads: int = 1
+class ActorNodeConfig(RewardConfig, PolicyConfig, CellConfig):
+    """``actor_node``: the policy acting on the robot at the control rate."""
+
+    sim: bool = setting(True, "the arm is the twin: ground-truth success and object poses are published")
+    control_hz: float = setting(10.0, "policy rate")
+    # a constant delay and a regular command rate, whatever a step's render and inference took
+    # (bench ros: pixel policy loop jitter p99 7 -> 3 ms)
+    command_latency_ms: float = setting(15.0, "commands leave this long after their observation's arm tick "
+                                              "(0: the moment they are ready)")
+    max_episode_steps: int = setting(0, "episode length limit (0: the task's)")
+    env_steps: int = setting(0, "stop after this many steps (0: run until shut down)")
+    record: bool = setting(True, "finished episodes -> recorder/episodes")
+    keep: str = setting("all", "episodes to record: all, successes", choices=("all", "successes"))
+    episodes: int = setting(0, "stop after this many recorded episodes (0: no limit)")
+    policy: str = setting("learner", "learner (weights from learner_node), expert (the sim's scripted expert), teleop",
+                          choices=POLICIES)
+    run_dir: str = setting("", "where to write actor_config.json and, when the run ends, actor_summary.json "
+                               "(robot-rl report reads it)")
+
+
+@dataclass
+class LearnerNodeConfig(LearningConfig, PolicyConfig, CellConfig):
+    """``learner_node``: SAC/RLPD updates from the actors' transitions."""
+
+    run_dir: str = setting("runs/ros-train", "checkpoints and learner_config.json")
+    online_store: str = setting("", "the recorder node's store: reloaded into the replay on start")
+    resume: bool = setting(True, "continue from the newest checkpoint in run_dir")
+    checkpoint_every_s: float = setting(60.0, "seconds between checkpoints (and one on shutdown)")
+    keep_checkpoints: int = setting(3, "checkpoints kept in run_dir")
+    torch_threads: int = setting(1, "torch CPU threads")
+
+
+# ------------------------------------------------------------------ checking and reading values
+class _Mismatch(Exception):
+    """A value is not of its field's type; ``args[0]`` says what was expected."""
+
+
+def _convert(kind, value):
+    """``value`` as the type ``kind``: lists become tuples, integers become floats where a float is
+    expected; nothing else is coerced."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):  # X | None
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch("true or false")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch("an integer")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch("a number")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch("a string")
+    if origin is tuple:
+        variable = len(args) == 2 and args[1] is Ellipsis
+        what = f"a list of {_NAMES.get(args[0], args[0])}s" if variable else f"a list of {len(args)} values"
+        if not isinstance(value, (list, tuple)) or (not variable and len(value) != len(args)):
+            raise _Mismatch(what)
+        kinds = [args[0]] * len(value) if variable else list(args)
+        try:
+            return tuple(_convert(k, v) for k, v in zip(kinds, value))
+        except _Mismatch:
+            raise _Mismatch(what) from None
+    if kind is dict or origin is dict:
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+        raise _Mismatch("a mapping of KEY: VALUE")
+    raise TypeError(f"no conversion for config type {kind!r}")
+
+
+_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def check_values(cls, data: dict, source: str) -> dict:
+    """``data`` (field -> value, e.g. from YAML or JSON) checked against the dataclass ``cls``:
+    every key a field, every value of its field's type (converted: lists to tuples, integers to
+    floats), in its ``choices``; a dict of another dataclass's fields (``of``) checked in turn.
+    Anything else is one ``ConfigError`` line naming ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of {cls.__name__} fields (KEY: VALUE), "
+                          f"got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    checked = {}
+    for key, value in data.items():
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" ({cls.__name__} has no such field)"
+            raise ConfigError(f"{source}: unknown key {key!r}{hint}")
+        try:
+            value = _convert(hints[key], value)
+        except _Mismatch as expected:
+            raise ConfigError(f"{source}: {key} must be {expected.args[0]}, got {value!r}") from None
+        choices = fields[key].metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}; got {value!r}")
+        if fields[key].metadata.get("of") is not None:
+            value = check_values(fields[key].metadata["of"](), value, f"{source}: {key}")
+        checked[key] = value
+    return checked
+
+
+def config_from_dict(cls, data: dict, source: str):
+    """A ``cls`` from checked ``data`` (fields not in it keep their defaults)."""
+    return cls(**check_values(cls, data, source))
+
+
+def read_config_file(path: str | Path, cls=TrainConfig) -> dict:
+    """The fields a YAML config file sets (``yaml.safe_load``), checked against ``cls``: one
+    ``ConfigError`` line naming the file and the field for an unknown key or a wrong type."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"config file {path}: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
+    return check_values(cls, {} if data is None else data, str(path))
+
+
+def parse_key_values(items, source: str) -> dict:
+    """``["KEY=VALUE", ...]`` (``--agent`` options, the ``agent`` ROS parameter) -> a dict; each
+    VALUE is JSON where it parses as JSON (numbers, true/false, lists), else the text."""
+    values = {}
+    for item in items:
+        key, sep, text = str(item).partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{source}: takes KEY=VALUE, got {item!r}")
+        try:
+            values[key] = json.loads(text)
+        except json.JSONDecodeError:
+            values[key] = text
+    return values
+
+
+def write_config_json(path: str | Path, cfg) -> Path:
+    """The whole resolved config as JSON at ``path`` (written aside, then renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+    tmp.replace(path)
+    return path

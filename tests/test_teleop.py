@@ -347,8 +347,6 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     """Each intervention step received buys ``intervention_bc_steps`` behaviour-cloning steps of
     the residual policy's base on the demo buffer (demos + interventions); without
     interventions the base stays as pre-training left it."""
-    import dataclasses
-
     import torch
 
     from robot_rl.envs import make_env, obs_spec
@@ -362,8 +360,7 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)
     actor_end, learner_end = inprocess_pair(maxsize=1 << 16, latest_only=LATEST_ONLY)
-    learner = build_learner(dataclasses.asdict(cfg), dataclasses.asdict(agent_cfg),
-                            {k: [list(s), np.dtype(d).str] for k, (s, d) in spec.items()}, learner_end, tmp_path)
+    learner = build_learner(cfg, agent_cfg, spec, learner_end, tmp_path)
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(20):

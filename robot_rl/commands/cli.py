@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from robot_rl.config import TrainConfig
+from robot_rl.config_cli import add_config_options
 from robot_rl.errors import UserFacingError
 
 
@@ -52,64 +54,28 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-# `train` flags: each is None unless given, so a resumed run keeps its own value of every flag
-# not given. A new run takes TrainConfig's defaults, except these:
-TRAIN_CLI_DEFAULTS = {"eval_episodes": 50}
-
-
 def _train_overrides(args) -> dict:
-    """The TrainConfig fields the command line gives explicitly."""
-    given = {"task": args.task, "backend": args.backend, "obs": args.obs, "env_steps": args.steps, "seed": args.seed,
-             "utd": args.utd, "eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
-             "final_eval_episodes": args.final_eval_episodes, "learner": args.learner,
-             "reward_classifier": args.reward_classifier, "stop_at_success": args.stop_at_success,
-             "human_eagerness": args.simulated_human, "checkpoint_every": args.checkpoint_every,
-             "checkpoint_every_s": args.checkpoint_every_s, "run_dir": args.run_dir}
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if args.demos is not None:
-        overrides["demos"], overrides["demo_store"] = ((int(args.demos), None) if str(args.demos).isdigit()
-                                                       else (0, args.demos))
-    if args.image_size is not None:
-        overrides["image_size"] = (args.image_size, args.image_size)
-    if args.no_progress:
-        overrides["progress"] = False
-    agent = {}
-    for item in args.agent or []:
-        key, _, value = item.partition("=")
-        if not _:
-            raise ValueError(f"--agent takes KEY=VALUE, got {item!r}")
-        try:
-            agent[key] = json.loads(value)
-        except json.JSONDecodeError:
-            agent[key] = value
-    if args.image_encoder:
-        agent["image_encoder"] = args.image_encoder
-    if args.pretrained:
-        agent["pretrained_path"] = args.pretrained
-    if args.freeze_backbone:
-        agent["freeze_backbone"] = True
-    if args.num_critics is not None:
-        agent["num_critics"] = args.num_critics
-    if agent:
-        overrides["agent"] = agent
-    if args.pretrained and not Path(args.pretrained).is_file():
-        raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
-    return overrides
+    """The TrainConfig fields given: ``--config FILE.yaml``'s, then the options' on top."""
+    from robot_rl.config import read_config_file
+    from robot_rl.config_cli import config_overrides, merge_overrides
+
+    given = config_overrides(args, TrainConfig)
+    return merge_overrides(read_config_file(args.config), given) if args.config else given
 
 
 def _cmd_train(args) -> int:
     from robot_rl.sim import get_task
-    from robot_rl.commands.train import TrainConfig, TrainingInterrupted, train
+    from robot_rl.commands.train import TrainingInterrupted, train
 
-    if args.task is not None:
-        get_task(args.task)
     overrides = _train_overrides(args)
+    if "task" in overrides:
+        get_task(overrides["task"])
     log = lambda message: print(message, flush=True)  # noqa: E731
     try:
-        if args.resume:
+        if args.resume:  # the run's own config; only what is given changes it
             summary = train(None, resume=args.resume, log=log, overrides=overrides)
         else:
-            summary = train(TrainConfig(**{**TRAIN_CLI_DEFAULTS, **overrides}), log=log)
+            summary = train(TrainConfig(**overrides), log=log)
     except TrainingInterrupted as stopped:
         print(f"robot-rl: {stopped}", file=sys.stderr, flush=True)
         return 128 + stopped.signum
@@ -296,43 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_sim_run)
 
     tr = sub.add_parser("train", help="train a policy on the sim twin (SAC/RLPD, learner in its own process)",
-                        description="With --resume the run goes on with its own config: only the flags given "
-                                    "change it (each is printed; <run>/config_history.jsonl keeps every change).")
-    tr.add_argument("--task", help="default PickCube")
-    tr.add_argument("--backend", help="default mujoco")
-    tr.add_argument("--obs", choices=["state", "pixels"], help="default state")
-    tr.add_argument("--demos",
-                    help="a number of scripted demonstrations to record first, or an episode store (path.zarr); "
-                         "default 10")
-    tr.add_argument("--reward-classifier", metavar="DIR",
-                    help="reward and episode end from a success classifier (robot-rl classifier train) instead of "
-                         "the sim's ground truth; evaluation still uses ground truth")
-    tr.add_argument("--simulated-human", type=float, metavar="EAGERNESS",
-                    help="a simulated human (scripted expert) takes over when the policy stalls or heads for failure; "
-                         "eagerness in (0, 1]: how soon it steps in (default 0: no human)")
-    tr.add_argument("--stop-at-success", type=float, metavar="RATE",
-                    help="stop once an evaluation reaches this success rate (e.g. 0.9)")
-    tr.add_argument("--steps", type=int, help="environment steps in all (default 20000)")
-    tr.add_argument("--seed", type=int, help="default 0")
-    tr.add_argument("--utd", type=float, help="gradient updates per environment step (default 2)")
-    tr.add_argument("--eval-every", type=int, help="default 2000")
-    tr.add_argument("--eval-episodes", type=int, help="default 50")
-    tr.add_argument("--final-eval-episodes", type=int, help="default 50")
-    tr.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                    help="a checkpoint every this many env steps (default 2000) ...")
-    tr.add_argument("--checkpoint-every-s", type=float, metavar="SECONDS",
-                    help="... or seconds, whichever comes first (default 300); SIGTERM / Ctrl-C also write one")
-    tr.add_argument("--learner", choices=["process", "inline"], help="default process")
-    tr.add_argument("--image-size", type=int, help="default 64")
-    tr.add_argument("--image-encoder", choices=["drq", "resnet18"])
-    tr.add_argument("--pretrained", help="local file with ResNet-18 weights (torchvision names; .pt or .safetensors)")
-    tr.add_argument("--freeze-backbone", action="store_true", default=None)
-    tr.add_argument("--num-critics", type=int)
-    tr.add_argument("--agent", action="append", metavar="KEY=VALUE", help="SAC config override (repeatable)")
-    tr.add_argument("--run-dir", help="run folder (default runs/train-<task>-<obs>-<time>)")
+                        description="Every option is a TrainConfig field (robot_rl/config.py). --config FILE.yaml "
+                                    "sets fields (KEY: VALUE, field names), the options override it. With --resume "
+                                    "the run goes on with its own config: only the options given change it (each is "
+                                    "printed; <run>/config_history.jsonl keeps every change).")
+    tr.add_argument("--config", metavar="FILE.yaml", help="TrainConfig fields to start from (options override them)")
     tr.add_argument("--resume", metavar="RUN",
                     help="run folder (its newest checkpoint that verifies) or checkpoint to resume from")
-    tr.add_argument("--no-progress", action="store_true", default=None)
+    add_config_options(tr, TrainConfig)
     tr.set_defaults(func=_cmd_train)
 
     rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store")

@@ -29,7 +29,7 @@ from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import (CheckpointError, clean_leftovers, list_checkpoints, read_state,
                                          resolve_checkpoint)
-from robot_rl.runtime.learner import LATEST_ONLY, build_learner, learner_main, transition_arrays
+from robot_rl.runtime.learner import LATEST_ONLY, LearnerSetup, learner_main, transition_arrays
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
 
@@ -74,20 +74,17 @@ class LearnerLink:
     """The actor's handle on the learner: a child process, or the same object driven inline."""
 
     def __init__(self, cfg: TrainConfig, agent_cfg: SACConfig, spec: dict, run_dir: Path, resume_from: str | None):
-        setup = {"train": dataclasses.asdict(cfg), "agent": dataclasses.asdict(agent_cfg),
-                 "obs_spec": {k: [list(s), np.dtype(d).str] for k, (s, d) in spec.items()},
-                 "run_dir": str(run_dir), "resume_from": resume_from}
+        setup = LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from)
         self.inline = None
         self.process = None
         if cfg.learner == "inline":
             actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=LATEST_ONLY)
-            self.inline = build_learner(setup["train"], setup["agent"], setup["obs_spec"], learner_end, run_dir,
-                                        resume_from)
+            self.inline = setup.build(learner_end)
             self.endpoint = actor_end
         else:
             ctx = multiprocessing.get_context("spawn")
             learner_conn, actor_conn = pipe_pair(ctx)
-            self.process = ctx.Process(target=learner_main, args=(learner_conn, json.dumps(setup)), daemon=True,
+            self.process = ctx.Process(target=learner_main, args=(learner_conn, setup.to_json()), daemon=True,
                                        name="robot-rl-learner")
             self.process.start()
             learner_conn.close()

@@ -27,6 +27,16 @@ def _normalize_spec(obs_spec: dict) -> dict[str, tuple[tuple[int, ...], np.dtype
     return {str(k): (tuple(int(d) for d in shape), np.dtype(dtype)) for k, (shape, dtype) in obs_spec.items()}
 
 
+def spec_to_json(obs_spec: dict) -> dict[str, list]:
+    """An observation spec ``{key: (shape, dtype)}`` as plain JSON values: ``{key: [[dims], "<f4"]}``."""
+    return {k: [list(shape), dtype.str] for k, (shape, dtype) in _normalize_spec(obs_spec).items()}
+
+
+def spec_from_json(data: dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The inverse of ``spec_to_json``."""
+    return _normalize_spec(data)
+
+
 def _atomic_write(path, write) -> None:
     """Call ``write(file)`` on a temporary file next to ``path``, then rename it into place."""
     path = os.fspath(path)
@@ -192,7 +202,7 @@ class ReplayBuffer:
             "version": _FORMAT_VERSION,
             "capacity": self.capacity,
             "action_dim": self.action_dim,
-            "obs_spec": {k: [list(shape), dtype.str] for k, (shape, dtype) in self.obs_spec.items()},
+            "obs_spec": spec_to_json(self.obs_spec),
             "rng_state": self._rng.bit_generator.state,
             "cursor": self._cursor,
             "episode_open": self._episode_open,
@@ -213,8 +223,7 @@ class ReplayBuffer:
             meta = json.loads(str(data["meta"]))
             if meta.get("version") != _FORMAT_VERSION:
                 raise ValueError(f"{path}: unsupported replay format version {meta.get('version')}")
-            spec = {k: (tuple(shape), np.dtype(dt)) for k, (shape, dt) in meta["obs_spec"].items()}
-            buf = cls(meta["capacity"], spec, meta["action_dim"])
+            buf = cls(meta["capacity"], spec_from_json(meta["obs_spec"]), meta["action_dim"])
             for name, target in buf._arrays().items():
                 loaded = data[name]
                 if (loaded.shape[1:] != target.shape[1:] or len(loaded) > len(target)

@@ -13,25 +13,31 @@ It talks to actors only through an ``Endpoint`` (see ``transport.py``):
                        "error"               meta {message}: the learner stopped
 
 Updates are paced by the update-to-data ratio: at most ``utd`` updates per online transition
-received. ``learner_main`` runs the loop in its own process; ``Learner.pump`` lets a
-single-process run drive the same object between control steps.
+received; the actor is updated on every ``critic_actor_ratio``-th of them (the agent's setting).
+The learner takes a typed config (any ``LearningConfig``: the trainer's ``TrainConfig``, the
+learner node's ``LearnerNodeConfig``). ``learner_main`` runs the loop in its own process (its
+``LearnerSetup`` travels as JSON); ``Learner.pump`` lets a single-process run drive the same
+object between control steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
-from robot_rl.replay import MixedReplay, ReplayBuffer
+from robot_rl.replay import MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
 from robot_rl.runtime.checkpoint import load_agent, load_replay, write_checkpoint
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
@@ -59,13 +65,14 @@ class NonFiniteLoss(UserFacingError):
 
 
 class Learner:
-    def __init__(self, train: dict, agent: SACAgent, replay: MixedReplay, endpoint: Endpoint, run_dir: Path):
-        self.train = train  # the TrainConfig as a dict (the learner needs only a few fields)
+    def __init__(self, config: LearningConfig, agent: SACAgent, replay: MixedReplay, endpoint: Endpoint,
+                 run_dir: Path):
+        self.config = config  # checkpoints keep it whole (``train_config``)
         self.agent, self.replay, self.endpoint = agent, replay, endpoint
         self.run_dir = Path(run_dir)
         self.online_received = len(replay.online)
         self.started = agent.num_updates > 0  # resumed runs are past pre-training
-        self.online_updates = 0 if not self.started else int(train["utd"] * self.online_received)
+        self.online_updates = 0 if not self.started else int(config.utd * self.online_received)
         self.weights_version = 0
         self.metrics: dict[str, float] = {}
         self.stopped = False
@@ -75,6 +82,20 @@ class Learner:
         # intervention_bc_steps behaviour-cloning steps on the demo buffer per human step received
         self.human_steps_received = 0
         self.human_bc_steps = 0
+
+    def resume_from(self, agent: SACAgent) -> None:
+        """Go on from a trained agent (a checkpoint's): it is past pre-training and its state
+        normaliser is fitted; the updates owed for the online transitions received so far count
+        as done."""
+        self.agent = agent
+        self.started = self.normalizer_fitted = True
+        self.online_updates = int(self.config.utd * self.online_received)
+
+    def reloaded_online(self, transitions: int) -> None:
+        """``transitions`` online transitions were put into the replay directly (reloaded from a
+        store): they count as received; a resumed learner owes no updates for them."""
+        self.online_received = transitions
+        self.online_updates = int(self.config.utd * transitions) if self.started else 0
 
     # ---- messages ----------------------------------------------------------------------
     def handle(self, msg: Message) -> None:
@@ -89,7 +110,7 @@ class Learner:
             self.begin()
         elif msg.kind == "checkpoint":
             state = {**msg.meta.get("actor_state", {}), "updates": self.agent.num_updates,
-                     "online_updates": self.online_updates, "train_config": self.train}
+                     "online_updates": self.online_updates, "train_config": dataclasses.asdict(self.config)}
             path = write_checkpoint(self.run_dir, msg.meta["name"], self.agent, self.replay, state)
             self.last_checkpoint = str(path)
             self.endpoint.send("checkpoint_saved", meta={"path": str(path)})
@@ -99,20 +120,20 @@ class Learner:
     def begin(self) -> None:
         """Demos are in: fit the state normaliser, clone the demos, warm up the critics.
         A resumed learner skips this and just publishes its weights."""
-        t = self.train
+        c = self.config
         if not self.started and len(self.replay.demo):
             self.normalizer_fitted = True
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
-            for _ in range(t["pretrain_steps"]):
-                self._check(self.agent.pretrain_actor(self.replay.demo.sample(t["batch_size"])), "bc")
-            for _ in range(t["critic_warmup_steps"]):
+            for _ in range(c.pretrain_steps):
+                self._check(self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size)), "bc")
+            for _ in range(c.critic_warmup_steps):
                 self._check_all(self.agent.update(self._sample(), update_actor=False))
         self.started = True
         self.publish_weights()
 
     # ---- updates -----------------------------------------------------------------------
     def _sample(self) -> dict:
-        return self.replay.sample(self.train["batch_size"], self.train["n_step"], self.agent.config.discount)
+        return self.replay.sample(self.config.batch_size, self.config.n_step, self.agent.config.discount)
 
     def _check(self, value: float, name: str) -> None:
         if not math.isfinite(value):
@@ -127,26 +148,27 @@ class Learner:
         self.metrics = metrics
 
     def updates_owed(self) -> int:
-        t = self.train
+        c = self.config
         # without demos, learning waits for the random-action phase (the normaliser is fitted on it)
-        starts = t["learning_starts"] or (t["random_steps"] if not len(self.replay.demo) else 0)
+        starts = c.learning_starts or (c.random_steps if not len(self.replay.demo) else 0)
         if not self.started or self.online_received < starts:
             return 0
-        return int(t["utd"] * self.online_received) - self.online_updates
+        return int(c.utd * self.online_received) - self.online_updates
 
     def update_once(self) -> None:
         if not self.normalizer_fitted:  # no demos: fit on the first online data, once
             self.agent.fit_normalizer(self.replay.online.sample(min(5000, len(self.replay.online)))["obs"]["state"])
             self.normalizer_fitted = True
         step = self.online_updates
-        actor_turn = step % self.train["critic_actor_ratio"] == 0 and self.online_received >= self.train.get("actor_delay", 0)
+        actor_turn = (step % self.agent.config.critic_actor_ratio == 0
+                      and self.online_received >= self.config.actor_delay)
         self._check_all(self.agent.update(self._sample(), update_actor=actor_turn))
         self.online_updates += 1
-        owed_bc = int(self.train.get("intervention_bc_steps", 0) * self.human_steps_received) - self.human_bc_steps
+        owed_bc = int(self.config.intervention_bc_steps * self.human_steps_received) - self.human_bc_steps
         for _ in range(max(0, min(owed_bc, 10))):  # spread over updates: the actor is never kept waiting long
-            self._check(self.agent.pretrain_actor(self.replay.demo.sample(self.train["batch_size"])), "bc")
+            self._check(self.agent.pretrain_actor(self.replay.demo.sample(self.config.batch_size)), "bc")
             self.human_bc_steps += 1
-        if self.online_updates % self.train["weights_every"] == 0:
+        if self.online_updates % self.config.weights_every == 0:
             self.publish_weights()
 
     def publish_weights(self) -> None:
@@ -184,34 +206,59 @@ class Learner:
                 self.send_status()
 
 
-def build_learner(train: dict, agent_config: dict, obs_spec: dict, endpoint: Endpoint, run_dir: Path,
-                  resume_from: str | None = None) -> Learner:
+def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dict, endpoint: Endpoint,
+                  run_dir: Path, resume_from: str | None = None) -> Learner:
+    """A learner with a new agent and empty buffers (``obs_spec``: ``{key: (shape, dtype)}``), or
+    the agent and replay of the checkpoint ``resume_from``."""
     if resume_from:
         agent = load_agent(Path(resume_from) / "agent.safetensors")
         replay = load_replay(Path(resume_from))
         replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
-        agent = SACAgent(SACConfig.from_dict(agent_config))
-        spec = {k: (tuple(shape), np.dtype(dtype)) for k, (shape, dtype) in obs_spec.items()}
+        agent = SACAgent(agent_config)
         act = agent.config.action_dim
-        replay = MixedReplay(ReplayBuffer(train["replay_capacity"], spec, act, seed=train["seed"]),
-                             ReplayBuffer(train["demo_capacity"], spec, act, seed=train["seed"] + 1),
-                             train["demo_fraction"])
-    return Learner(train, agent, replay, endpoint, run_dir)
+        replay = MixedReplay(ReplayBuffer(config.replay_capacity, obs_spec, act, seed=config.seed),
+                             ReplayBuffer(config.demo_capacity, obs_spec, act, seed=config.seed + 1),
+                             config.demo_fraction)
+    return Learner(config, agent, replay, endpoint, run_dir)
+
+
+@dataclass
+class LearnerSetup:
+    """What the learner process starts from; it travels as JSON (``to_json`` / ``from_json``), never pickle."""
+
+    config: TrainConfig
+    agent: SACConfig
+    obs_spec: dict  # {key: (shape, dtype)}
+    run_dir: str
+    resume_from: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"config": dataclasses.asdict(self.config), "agent": dataclasses.asdict(self.agent),
+                           "obs_spec": spec_to_json(self.obs_spec), "run_dir": self.run_dir,
+                           "resume_from": self.resume_from})
+
+    @classmethod
+    def from_json(cls, text: str) -> "LearnerSetup":
+        data = json.loads(text)
+        return cls(config_from_dict(TrainConfig, data["config"], "the learner's setup"),
+                   SACConfig.from_dict(data["agent"]), spec_from_json(data["obs_spec"]), data["run_dir"],
+                   data["resume_from"])
+
+    def build(self, endpoint: Endpoint) -> Learner:
+        return build_learner(self.config, self.agent, self.obs_spec, endpoint, Path(self.run_dir), self.resume_from)
 
 
 def learner_main(conn, setup_json: str) -> None:
-    """Entry point of the learner process (spawned). ``setup_json``: train config, agent
-    config, observation spec, run folder and the checkpoint to resume from."""
-    setup = json.loads(setup_json)
+    """Entry point of the learner process (spawned); ``setup_json``: ``LearnerSetup.to_json()``."""
+    setup = LearnerSetup.from_json(setup_json)
     # Ctrl-C reaches the whole process group: the actor handles it (a checkpoint, then stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(setup.get("torch_threads", 1))
-    torch.manual_seed(setup["train"]["seed"])
+    torch.set_num_threads(1)
+    torch.manual_seed(setup.config.seed)
     endpoint = PipeEndpoint(conn, maxsize=4096, latest_only=LATEST_ONLY, name="learner")
     try:
-        learner = build_learner(setup["train"], setup["agent"], setup["obs_spec"], endpoint, Path(setup["run_dir"]),
-                                setup.get("resume_from"))
+        learner = setup.build(endpoint)
         learner.run()
     except Exception as err:  # report to the actor, which shows it to the user
         message = str(err) if isinstance(err, UserFacingError) else f"learner failed: {err!r}\n{traceback.format_exc()}"
