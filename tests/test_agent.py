@@ -1,7 +1,5 @@
 """The SAC agent: ensemble maths, grasp-critic targets, log-probs, weights without pickle."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -126,11 +124,37 @@ def test_grasp_margin_makes_demonstrated_command_greedy():
     assert (greedy == 2).float().mean() > 0.9
 
 
-def test_redq_target_uses_a_subset_of_the_target_ensemble():
+def test_redq_target_is_the_min_over_a_random_subset_of_the_target_ensemble(monkeypatch):
+    """REDQ: every critic regresses onto r + bootstrap * min over num_target_critics target
+    critics drawn at random for each update (not over all of them, not always the same ones)."""
     agent = _agent(num_critics=10, num_target_critics=2)
     assert agent.critic.n == 10 and agent.target_critic.n == 10
-    metrics = agent.update(_batch(16))
-    assert math.isfinite(metrics["critic_loss"])
+    target_forward = agent.target_critic.forward
+    calls = []
+
+    def recording(features, action, members=None):
+        out = target_forward(features, action, members)
+        calls.append((features, action, members))
+        return out
+
+    monkeypatch.setattr(agent.target_critic, "forward", recording)
+    subsets = []
+    for seed in range(8):
+        b = agent._batch(_batch(16, seed=seed))
+        with torch.no_grad():
+            q = agent.critic(agent.encoder(b["obs"]), b["action"][:, : agent.config.motion_dim])
+        loss = agent.update_critic(b)["critic_loss"]
+        ((features, action, members),) = calls[-1:]
+        subset = sorted(members.tolist())
+        assert len(subset) == 2 and len(set(subset)) == 2 and all(0 <= i < 10 for i in subset)
+        subsets.append(tuple(subset))
+        with torch.no_grad():
+            every = target_forward(features, action)  # [10, B]: all target critics
+        y_subset = b["reward"] + b["bootstrap"] * every[members].min(0).values
+        y_all = b["reward"] + b["bootstrap"] * every.min(0).values
+        assert loss == pytest.approx(((q - y_subset) ** 2).mean(1).sum().item(), rel=1e-5)
+        assert loss != pytest.approx(((q - y_all) ** 2).mean(1).sum().item(), rel=1e-5)  # not the full ensemble
+    assert len(set(subsets)) > 1, subsets  # a fresh draw per update
     with pytest.raises(ValueError, match="num_target_critics"):
         _agent(num_critics=2, num_target_critics=3)
 
