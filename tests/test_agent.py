@@ -6,7 +6,7 @@ import torch
 
 from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
 from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index
-from robot_rl.runtime.checkpoint import CheckpointError, load_agent, save_agent
+from robot_rl.runtime.checkpoint import CheckpointError, check_compatible, load_agent, read_agent_config, save_agent
 from robot_rl.runtime.transport import pack, unpack
 
 
@@ -236,6 +236,47 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
         load_agent(path)
     with pytest.raises(CheckpointError, match="no agent weights"):
         load_agent(tmp_path / "missing.safetensors")
+
+
+def test_read_agent_config_reads_the_saved_config_alone(tmp_path):
+    agent = _agent(num_critics=4, residual_scale=0.3)
+    save_agent(agent, tmp_path / "agent.safetensors")
+    assert read_agent_config(tmp_path) == agent.config  # a checkpoint folder
+    assert read_agent_config(tmp_path / "agent.safetensors") == agent.config  # or its weights file
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"num_updates": "0"})
+    with pytest.raises(CheckpointError, match="other.safetensors does not load"):
+        read_agent_config(tmp_path / "other.safetensors")
+    (tmp_path / "agent.safetensors").write_bytes(b"\x00" * 7)
+    with pytest.raises(CheckpointError, match="corrupt"):
+        read_agent_config(tmp_path)
+    with pytest.raises(CheckpointError, match="no agent weights"):
+        read_agent_config(tmp_path / "nowhere")
+
+
+def test_check_compatible_refuses_an_env_whose_observations_differ_in_one_line(tmp_path):
+    from robot_rl.envs import spec_env
+
+    state_env = spec_env("PickCube", "state")
+    pixel_env = spec_env("PickCube", "pixels", cameras=("front", "wrist"), image_size=(32, 32))
+    state_dim = state_env.observation_space["state"].shape[0]
+    pixel_dim = pixel_env.observation_space["state"].shape[0]
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000000010"
+    check_compatible(SACConfig(state_dim=state_dim), state_env, ckpt)
+    check_compatible(SACConfig(state_dim=pixel_dim, cameras=("wrist", "front"), image_size=(32, 32)), pixel_env, ckpt)
+    mismatches = [
+        (SACConfig(state_dim=state_dim + 1), state_env),  # another state layout
+        (SACConfig(state_dim=state_dim), pixel_env),  # a state-observation checkpoint on pixels
+        (SACConfig(state_dim=pixel_dim, cameras=("front",), image_size=(32, 32)), pixel_env),  # one camera less
+        (SACConfig(state_dim=pixel_dim, cameras=("front", "wrist"), image_size=(64, 64)), pixel_env),  # image size
+    ]
+    for config, env in mismatches:
+        with pytest.raises(CheckpointError) as err:
+            check_compatible(config, env, ckpt)
+        message = str(err.value)
+        assert "\n" not in message and f"checkpoint {ckpt} expects observations" in message, message
+        assert "use it with the task, --obs mode, cameras and image size it was trained with" in message
 
 
 def test_pixel_agent_updates_and_acts():
