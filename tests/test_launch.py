@@ -172,7 +172,8 @@ def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
 def test_supervisor_says_once_that_an_optional_node_failed_and_returns_0_when_stopped(monkeypatch):
     scripts = {"quitter": "import sys; sys.exit(4)", "crasher": "import sys; sys.exit(3)",
                "sleeper": "import time; time.sleep(600)"}
-    monkeypatch.setattr("robot_rl.runtime.launcher.node_command", lambda node, params: [sys.executable, "-c", scripts[node.name]])
+    monkeypatch.setattr("robot_rl.runtime.launcher.node_command",
+                        lambda node, params: [sys.executable, "-c", scripts[node.name]])
     lines: list[str] = []
     supervisor = Supervisor([NodeSpec("quitter", "arm_node"), NodeSpec("crasher", "learner_node", respawn=True),
                              NodeSpec("sleeper", "actor_node", required=True)], log=lines.append, grace_s=5)
