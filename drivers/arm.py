@@ -263,7 +263,3 @@ class SimArm:
 
     def close(self) -> None:
         self.env.close()
-
-
-def rotation_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(matrix_to_rotvec(a @ b.T)))

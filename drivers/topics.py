@@ -34,7 +34,7 @@ def camera_info(name: str) -> str:
     return f"cameras/{name}/camera_info"  # sensor_msgs/CameraInfo
 
 
-# teleop (the teleop issue publishes these; the actor listens from now on)
+# teleop (the teleop node publishes these; the actor and the arm listen)
 TELEOP_ACTION = "teleop/action"  # std_msgs/Float32MultiArray: the contract action [7]
 TELEOP_INTERVENING = "teleop/intervening"  # std_msgs/Bool: the human holds the controls
 TELEOP_EVENTS = "teleop/events"  # std_msgs/String: one of contract.OPERATOR_EVENTS

@@ -79,10 +79,6 @@ class PandaCellEnv(gym.Env):
         self._gripper_target = GRIPPER_OPEN_WIDTH
         self._steps = 0
 
-    @property
-    def control_dt(self) -> float:
-        return 1.0 / self.limits.control_hz
-
     # ---- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

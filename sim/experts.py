@@ -1,5 +1,6 @@
-"""Scripted experts: the stand-in for a human demonstrator (and, later, for the simulated
-human who intervenes). They read the sim-only ``privileged`` observation.
+"""Scripted experts: the stand-in for a human demonstrator (and, inside
+``teleop/simulated_human.py``, for the simulated human who intervenes). They read the
+sim-only ``privileged`` observation.
 
 ``noise`` is the standard deviation of Gaussian noise added to the motion part of every
 action (in action units, i.e. fractions of the per-step limit), and also the chance per

@@ -1,14 +1,12 @@
 """The SAC agent: ensemble maths, grasp-critic targets, log-probs, weights without pickle."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
 
 from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
 from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index
-from robot_rl.runtime.checkpoint import CheckpointError, load_agent, save_agent
+from robot_rl.runtime.checkpoint import CheckpointError, check_compatible, load_agent, read_agent_config, save_agent
 from robot_rl.runtime.transport import pack, unpack
 
 
@@ -126,11 +124,37 @@ def test_grasp_margin_makes_demonstrated_command_greedy():
     assert (greedy == 2).float().mean() > 0.9
 
 
-def test_redq_target_uses_a_subset_of_the_target_ensemble():
+def test_redq_target_is_the_min_over_a_random_subset_of_the_target_ensemble(monkeypatch):
+    """REDQ: every critic regresses onto r + bootstrap * min over num_target_critics target
+    critics drawn at random for each update (not over all of them, not always the same ones)."""
     agent = _agent(num_critics=10, num_target_critics=2)
     assert agent.critic.n == 10 and agent.target_critic.n == 10
-    metrics = agent.update(_batch(16))
-    assert math.isfinite(metrics["critic_loss"])
+    target_forward = agent.target_critic.forward
+    calls = []
+
+    def recording(features, action, members=None):
+        out = target_forward(features, action, members)
+        calls.append((features, action, members))
+        return out
+
+    monkeypatch.setattr(agent.target_critic, "forward", recording)
+    subsets = []
+    for seed in range(8):
+        b = agent._batch(_batch(16, seed=seed))
+        with torch.no_grad():
+            q = agent.critic(agent.encoder(b["obs"]), b["action"][:, : agent.config.motion_dim])
+        loss = agent.update_critic(b)["critic_loss"]
+        ((features, action, members),) = calls[-1:]
+        subset = sorted(members.tolist())
+        assert len(subset) == 2 and len(set(subset)) == 2 and all(0 <= i < 10 for i in subset)
+        subsets.append(tuple(subset))
+        with torch.no_grad():
+            every = target_forward(features, action)  # [10, B]: all target critics
+        y_subset = b["reward"] + b["bootstrap"] * every[members].min(0).values
+        y_all = b["reward"] + b["bootstrap"] * every.min(0).values
+        assert loss == pytest.approx(((q - y_subset) ** 2).mean(1).sum().item(), rel=1e-5)
+        assert loss != pytest.approx(((q - y_all) ** 2).mean(1).sum().item(), rel=1e-5)  # not the full ensemble
+    assert len(set(subsets)) > 1, subsets  # a fresh draw per update
     with pytest.raises(ValueError, match="num_target_critics"):
         _agent(num_critics=2, num_target_critics=3)
 
@@ -212,6 +236,47 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
         load_agent(path)
     with pytest.raises(CheckpointError, match="no agent weights"):
         load_agent(tmp_path / "missing.safetensors")
+
+
+def test_read_agent_config_reads_the_saved_config_alone(tmp_path):
+    agent = _agent(num_critics=4, residual_scale=0.3)
+    save_agent(agent, tmp_path / "agent.safetensors")
+    assert read_agent_config(tmp_path) == agent.config  # a checkpoint folder
+    assert read_agent_config(tmp_path / "agent.safetensors") == agent.config  # or its weights file
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"num_updates": "0"})
+    with pytest.raises(CheckpointError, match="other.safetensors does not load"):
+        read_agent_config(tmp_path / "other.safetensors")
+    (tmp_path / "agent.safetensors").write_bytes(b"\x00" * 7)
+    with pytest.raises(CheckpointError, match="corrupt"):
+        read_agent_config(tmp_path)
+    with pytest.raises(CheckpointError, match="no agent weights"):
+        read_agent_config(tmp_path / "nowhere")
+
+
+def test_check_compatible_refuses_an_env_whose_observations_differ_in_one_line(tmp_path):
+    from robot_rl.envs import spec_env
+
+    state_env = spec_env("PickCube", "state")
+    pixel_env = spec_env("PickCube", "pixels", cameras=("front", "wrist"), image_size=(32, 32))
+    state_dim = state_env.observation_space["state"].shape[0]
+    pixel_dim = pixel_env.observation_space["state"].shape[0]
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000000010"
+    check_compatible(SACConfig(state_dim=state_dim), state_env, ckpt)
+    check_compatible(SACConfig(state_dim=pixel_dim, cameras=("wrist", "front"), image_size=(32, 32)), pixel_env, ckpt)
+    mismatches = [
+        (SACConfig(state_dim=state_dim + 1), state_env),  # another state layout
+        (SACConfig(state_dim=state_dim), pixel_env),  # a state-observation checkpoint on pixels
+        (SACConfig(state_dim=pixel_dim, cameras=("front",), image_size=(32, 32)), pixel_env),  # one camera less
+        (SACConfig(state_dim=pixel_dim, cameras=("front", "wrist"), image_size=(64, 64)), pixel_env),  # image size
+    ]
+    for config, env in mismatches:
+        with pytest.raises(CheckpointError) as err:
+            check_compatible(config, env, ckpt)
+        message = str(err.value)
+        assert "\n" not in message and f"checkpoint {ckpt} expects observations" in message, message
+        assert "use it with the task, --obs mode, cameras and image size it was trained with" in message
 
 
 def test_pixel_agent_updates_and_acts():

@@ -1,13 +1,45 @@
 import json
 
+import pytest
+import torch
+
+from robot_rl.agents.networks import CriticEnsemble
 from robot_rl.bench import learner as learner_bench
 from robot_rl.bench import sim as sim_bench
 from robot_rl.commands.cli import main
+from robot_rl.sim import make
+from robot_rl.sim.experts import make_expert
 
 
-def test_bench_figures_are_measured():
-    assert sim_bench.steps_per_second("PickCube", "mujoco", images=False, steps=20) > 0
-    assert 0.0 <= sim_bench.expert_success("PickCube", "mujoco", episodes=2) <= 1.0
+class _FakeClock:
+    """perf_counter() answers the given instants in turn: a test sees what the bench divides by."""
+
+    def __init__(self, *instants: float):
+        self.instants = list(instants)
+
+    def perf_counter(self) -> float:
+        return self.instants.pop(0)
+
+
+def test_sim_steps_per_second_is_the_timed_steps_over_the_timed_span(monkeypatch):
+    steps = []
+
+    def counted_make(*args, **kwargs):
+        env = make(*args, **kwargs)
+        step = env.step
+        env.step = lambda action: steps.append(action) or step(action)
+        return env
+
+    monkeypatch.setattr(sim_bench, "make", counted_make)
+    monkeypatch.setattr(sim_bench, "time", _FakeClock(100.0, 104.0))
+    assert sim_bench.steps_per_second("PickCube", "mujoco", images=False, steps=20) == 20 / 4.0
+    assert len(steps) == 1 + 20  # the warm-up step is taken but neither counted nor timed
+
+
+def test_sim_expert_success_counts_the_expert_successes(monkeypatch):
+    assert sim_bench.expert_success("PickCube", "mujoco", episodes=2) == 1.0  # the clean expert solves PickCube
+    monkeypatch.setattr(sim_bench, "make_expert", lambda task, noise, seed: make_expert(task, noise=1.5, seed=seed))
+    assert sim_bench.expert_success("PickCube", "mujoco", episodes=2) == 0.0  # a failing one is counted as failing
 
 
 def test_gym_hil_missing_gives_null_with_a_reason(monkeypatch):
@@ -32,18 +64,54 @@ LEARNER_KEYS = (
 )
 
 
-def test_learner_bench_quick_gives_every_figure(monkeypatch):
+def test_learner_bench_quick_gives_every_figure_consistently(monkeypatch):
     tiny = {"budget_s": 0.01, "rounds": 1, "warmup": 1, "min_calls": 1, "latency_calls": 20,
             "online_episodes": 10, "demo_episodes": 5, "batches": 1, "profile_calls": 1}
     monkeypatch.setattr(learner_bench, "QUICK", tiny)
+    threads = torch.get_num_threads()
     figures = learner_bench.run(quick=True, log=lambda msg: None)
+    assert torch.get_num_threads() == threads  # restored after the single-thread measurement
     for key in LEARNER_KEYS:
         value = figures[key]
         assert isinstance(value, (int, float)) and value > 0, (key, value)
     assert figures["batch_size"] == 256 and figures["torch_threads"] == 1
-    assert figures["replay_bytes_ratio"] > 1.0  # L+1 slots for L transitions, plus action/flags
+    # derived figures are what their names say of the measured ones (each rounded to 2-4 places)
+    speedup = figures["updates_per_s_state_e10"] / figures["naive_updates_per_s_state_e10"]
+    assert figures["ensemble_speedup_e10"] == pytest.approx(speedup, rel=1e-2)
     assert 0 < figures["naive_e10_gemm_share"] < 1
-    assert figures["notes"]
+    assert figures["ensemble_speedup_ceiling_e10"] == pytest.approx(1 / figures["naive_e10_gemm_share"], rel=1e-2)
+    for kind in ("state", "pixels"):
+        assert figures[f"actor_latency_ms_p50_{kind}"] <= figures[f"actor_latency_ms_p99_{kind}"]
+    # replay memory: one pixel observation is two 64x64 RGB frames and 20 float32 of state; a
+    # replay of 20-step episodes holds 21 observation slots per 20 transitions, plus actions/flags
+    assert figures["raw_obs_bytes"] == 2 * 64 * 64 * 3 + 20 * 4
+    ratio = figures["replay_bytes_per_transition"] / figures["raw_obs_bytes"]
+    assert figures["replay_bytes_ratio"] == pytest.approx(ratio, rel=1e-3)
+    assert 21 / 20 <= figures["replay_bytes_ratio"] < 21 / 20 + 0.01
+    assert any("LoopCriticEnsemble" in note for note in figures["notes"])
+
+
+def test_the_naive_baseline_computes_what_the_batched_ensemble_computes():
+    """The speedup figure compares like with like: with the same weights, the per-critic loop
+    gives the batched ensemble's Q values, for all members and for a subset."""
+    torch.manual_seed(0)
+    batched = CriticEnsemble(4, 6, 3, hidden=(16, 16))
+    loop = learner_bench.LoopCriticEnsemble(4, 6, 3, hidden=(16, 16))
+    assert sum(p.numel() for p in loop.parameters()) == sum(p.numel() for p in batched.parameters())
+    with torch.no_grad():
+        for i, critic in enumerate(loop.critics):
+            linears = [m for m in critic if isinstance(m, torch.nn.Linear)]
+            norms = [m for m in critic if isinstance(m, torch.nn.LayerNorm)]
+            for linear, layer in zip(linears, batched.net[::3]):
+                linear.weight.copy_(layer.weight[i].T)
+                linear.bias.copy_(layer.bias[i, 0])
+            for norm, layer in zip(norms, batched.net[1::3]):
+                norm.weight.copy_(layer.weight[i, 0])
+                norm.bias.copy_(layer.bias[i, 0])
+    features, action = torch.randn(5, 6), torch.randn(5, 3)
+    torch.testing.assert_close(loop(features, action), batched(features, action))
+    members = torch.tensor([3, 1])
+    torch.testing.assert_close(loop(features, action, members), batched(features, action, members))
 
 
 DATA_KEYS = ("write_frames_per_s", "read_frames_per_s", "compression_ratio", "lossy_write_frames_per_s",
@@ -63,16 +131,29 @@ def test_data_bench_quick_gives_every_figure(monkeypatch):
     assert all(c["write_frames_per_s"] > 0 for c in figures["candidates"].values())
 
 
+def _first_at(curve: list, rate: float):
+    """Env steps of a learning curve's first evaluation at or above ``rate``; None if none is."""
+    return next((steps for steps, success in curve if success >= rate), None)
+
+
 def test_classifier_bench_quick_gives_every_figure():
     """The whole pipeline at toy size: data, classifier, both trainings, held-out rollouts of two
     other policies (the figures are not meaningful at this size, only present and consistent)."""
     from robot_rl.bench import classifier as classifier_bench
+    from robot_rl.bench.classifier import _median_steps
 
     figures = classifier_bench.run(quick=True, log=lambda msg: None)
-    for key in ("heldout_fpr", "heldout_recall", "heldout_roc_auc"):
-        assert 0.0 <= figures[key] <= 1.0 or figures[key] != figures[key], key  # NaN when a class is absent
-    for key in ("steps_to_90_classifier_reward", "steps_to_90_ground_truth_reward", "steps_ratio"):
-        assert key in figures
+    # the held-out frames hold both classes, so every frame metric is a rate (never NaN)
+    assert 0 < figures["heldout_positive_frames"] < figures["heldout_frames"], figures["heldout_frames"]
+    for key in ("heldout_fpr", "heldout_recall", "heldout_roc_auc", "heldout_precision"):
+        assert 0.0 <= figures[key] <= 1.0, (key, figures[key])
+    # steps to 90 %: each seed's first evaluation at 90 % on its curve, the median over seeds, their ratio
+    for name in ("classifier_reward", "ground_truth_reward"):
+        by_seed = figures[f"steps_to_90_{name}_by_seed"]
+        assert by_seed == [_first_at(curve, 0.9) for curve in figures[f"curve_{name}"]], name
+        assert figures[f"steps_to_90_{name}"] == _median_steps(by_seed), name
+    learned, truth = figures["steps_to_90_classifier_reward"], figures["steps_to_90_ground_truth_reward"]
+    assert figures["steps_ratio"] == (round(learned / truth, 3) if learned is not None and truth else None)
     assert figures["heldout_frames"] > 0 and set(figures["heldout_by_policy"]) == {"expert_noise_0.3", "agent"}
     assert figures["heldout_agent_checkpoint"].startswith("step_")
     assert figures["seeds"] == [0, 1]  # each reward trained once per seed
@@ -93,8 +174,6 @@ def test_classifier_bench_takes_the_median_over_seeds_and_ranks_never_last():
 
 
 def test_ros_bench_quick_gives_every_figure():
-    import pytest
-
     pytest.importorskip("rclpy")
     from robot_rl.bench import ros as ros_bench
 
@@ -109,17 +188,22 @@ def test_ros_bench_quick_gives_every_figure():
 
 
 def test_hil_bench_quick_gives_every_figure():
-    import pytest
-
     pytest.importorskip("rclpy")
     from robot_rl.bench import hil as hil_bench
 
     figures = hil_bench.run(quick=True, log=lambda msg: None)
     for task in ("pickcube", "peginsert"):
-        for name in ("steps_to_90_with_interventions", "steps_to_90_without_interventions", "intervention_steps"):
-            assert f"{task}_{name}" in figures
+        steps = {}
+        for run in ("with_interventions", "without_interventions"):
+            curve = figures[f"{task}_{run}_curve"]
+            assert curve and curve[0][0] == 0, (task, run)  # the clone is graded before any online step
+            steps[run] = figures[f"{task}_steps_to_90_{run}"]
+            assert steps[run] == _first_at(curve, 0.9), (task, run)
+            assert figures[f"{task}_final_success_{run}"] == curve[-1][1], (task, run)
+        a, b = steps["with_interventions"], steps["without_interventions"]
+        assert figures[f"{task}_steps_ratio"] == (round(a / b, 3) if a is not None and b else None)
         assert figures[f"{task}_intervention_steps"] == sum(figures[f"{task}_intervention_steps_by_episode"])
-        assert figures[f"{task}_with_interventions_curve"] and figures[f"{task}_without_interventions_curve"]
+        assert figures[f"{task}_interventions"] >= (1 if figures[f"{task}_intervention_steps"] else 0)
     assert figures["console_inputs_seen"] == figures["console_inputs"]
     assert 0 < figures["console_input_to_command_ms_p50"] <= figures["console_input_to_command_ms_p99"]
 

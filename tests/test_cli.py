@@ -1,3 +1,4 @@
+import csv
 import json
 import os
 import subprocess
@@ -8,15 +9,29 @@ import imageio.v3 as iio
 from robot_rl.commands.cli import main
 
 
-def test_sim_run_writes_run_folder(tmp_path, capsys):
-    assert main(["sim", "run", "--task", "PickCube", "--episodes", "2", "--image-size", "32", "--out", str(tmp_path)]) == 0
+def test_sim_run_writes_run_folder_with_what_the_expert_did(tmp_path, capsys):
+    assert main(["sim", "run", "--task", "PickCube", "--episodes", "4", "--noise", "0.5", "--image-size", "32",
+                 "--out", str(tmp_path)]) == 0
     (run_dir,) = list(tmp_path.iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
     (row,) = summary["results"]
-    assert row["task"] == "PickCube" and row["episodes"] == 2 and 0 <= row["success_rate"] <= 1
+    # the same expert on the same episodes, played here: the summary reports what it did
+    from robot_rl.sim import make
+    from robot_rl.sim.experts import make_expert, run_episode
+
+    env, expert = make("PickCube"), make_expert("PickCube", noise=0.5, seed=0)
+    played = [run_episode(env, expert, seed=i) for i in range(4)]
+    env.close()
+    successes = [r["success"] for r in played]
+    assert any(successes) and not all(successes), "noise 0.5 should give both outcomes on these seeds"
+    assert row["task"] == "PickCube" and row["episodes"] == 4
+    assert row["success_rate"] == sum(successes) / 4
+    assert row["mean_steps"] == sum(r["steps"] for r in played) / 4
+    with open(run_dir / "success.csv", newline="") as f:
+        (csv_row,) = list(csv.DictReader(f))
+    assert csv_row == {k: str(v) for k, v in row.items()}
     frames = iio.imread(run_dir / "PickCube_mujoco.gif", index=None)
     assert frames.shape[1:] == (32, 64, 3) and len(frames) > 5
-    assert (run_dir / "success.csv").read_text().startswith("backend,task")
 
 
 def test_unknown_task_is_a_clean_error(capsys):

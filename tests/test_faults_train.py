@@ -1,4 +1,4 @@
-"""Faults around training runs (issue 17, items 3-9): tampered or NaN checkpoints, a kill during
+"""Faults around training runs: tampered or NaN checkpoints, a kill during
 a save, crashes and signals mid-run, resume with the run's own config, episodes joined across a
 resume, damaged replay files, bad flags and the run folders failed runs leave.
 
@@ -77,7 +77,7 @@ def one_line(text: str) -> str:
 def test_tampered_weights_are_refused_and_a_run_falls_back_to_the_newest_checkpoint_that_verifies(run, capsys):
     newest, older = step_dir(run, 40), step_dir(run, 20)
     weights = newest / "agent.safetensors"
-    overwrite_tensor(weights, "model.actor.", 1.0)  # the issue's tampering: actor weights set to 1.0
+    overwrite_tensor(weights, "model.actor.", 1.0)  # tampering: actor weights set to 1.0
 
     with pytest.raises(CheckpointError) as err:
         verify_checkpoint(newest)

@@ -7,6 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -14,7 +17,8 @@ import pytest
 import yaml
 
 from robot_rl.commands.cli import main as cli
-from robot_rl.runtime.launcher import LaunchError, NodeSpec, Supervisor, load_stacks, parse_overrides, resolve
+from robot_rl.runtime.launcher import (LaunchError, NodeSpec, Supervisor, launch, load_stacks, parse_overrides,
+                                      resolve)
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +158,56 @@ def test_supervisor_respawns_and_stops_when_the_required_node_exits(tmp_path, mo
     assert int(marker.read_text()) >= 2 and supervisor.restarts["crasher"] >= 1  # died, came back
     assert "[finisher] done" in lines and any("finisher exited (0); stopping the stack" in x for x in lines)
     assert all(p.poll() is not None for p in supervisor.procs.values())  # the sleeper was stopped
+
+
+def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
+    """Until ``condition()`` holds; the bound is a failsafe, not a time assertion."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_supervisor_says_once_that_an_optional_node_failed_and_returns_0_when_stopped(monkeypatch):
+    scripts = {"quitter": "import sys; sys.exit(4)", "crasher": "import sys; sys.exit(3)",
+               "sleeper": "import time; time.sleep(600)"}
+    monkeypatch.setattr("robot_rl.runtime.launcher.node_command",
+                        lambda node, params: [sys.executable, "-c", scripts[node.name]])
+    lines: list[str] = []
+    supervisor = Supervisor([NodeSpec("quitter", "arm_node"), NodeSpec("crasher", "learner_node", respawn=True),
+                             NodeSpec("sleeper", "actor_node", required=True)], log=lines.append, grace_s=5)
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(code=supervisor.run()))
+    runner.start()
+    try:
+        _wait_for(lambda: any("quitter exited (4)" in x for x in lines), "the quitter's exit")
+        seen = supervisor.restarts["crasher"]
+        # each respawn is a later pass over every node, the exited quitter included
+        _wait_for(lambda: supervisor.restarts["crasher"] >= seen + 2, "two more passes of the supervisor")
+    finally:
+        supervisor.stopping.set()  # what launch()'s SIGTERM handler does
+        runner.join(60)
+    assert result == {"code": 0}  # stopped from outside, the required node still running
+    assert sum("quitter" in x for x in lines if x.startswith("[launch]")) == 2, lines  # started, exited: once
+    assert all(p.poll() is not None for p in supervisor.procs.values())  # the sleeper was stopped
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_launch_removes_the_nodes_parameter_files_unless_asked_to_keep_them(tmp_path, monkeypatch, keep):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the stack's parameter files go
+    monkeypatch.setattr("robot_rl.runtime.launcher.node_command", lambda node, params: [sys.executable, "-c", "pass"])
+    if keep:
+        monkeypatch.setenv("ROBOT_RL_KEEP_LAUNCH_FILES", "1")
+    else:
+        monkeypatch.delenv("ROBOT_RL_KEEP_LAUNCH_FILES", raising=False)
+    assert launch("sim_train", [], log=lambda line: None) == 0  # the required actor exited (0)
+    folders = list(tmp_path.glob("robot-rl-launch-*"))
+    if keep:
+        (folder,) = folders
+        assert (folder / "actor.params.yaml").is_file()
+    else:
+        assert folders == []
 
 
 def test_robot_rl_launch_runs_the_sim_stack(tmp_path):

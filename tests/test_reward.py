@@ -10,7 +10,7 @@ from robot_rl.reward.classifier import (Calibration, ClassifierConfig, Classifie
                                         binary_metrics, load_classifier, roc_auc, save_classifier,
                                         threshold_for_fpr)
 from robot_rl.reward.training import load_frames, split_by_episode, train_classifier, training_settings
-from robot_rl.reward.wrapper import ClassifierReward
+from robot_rl.reward.wrapper import ClassifierReward, OperatorOutcome
 
 
 def test_threshold_calibration_hits_its_target_on_synthetic_scores():
@@ -64,20 +64,24 @@ def test_wrapper_ends_episodes_on_detected_success_after_k_frames():
     assert rewards == [0.0, 0.0, 1.0] and ends == [False, False, True]
 
 
-def test_wrapper_operator_override_wins_over_the_classifier():
-    env = ClassifierReward(_sim_env(), _classifier(), Calibration(threshold=1.01, target_fpr=0.01))
+@pytest.mark.parametrize("classifier_fires", [False, True])
+def test_the_operators_key_wins_over_the_classifier(classifier_fires):
+    """As the actor node composes them: OperatorOutcome around ClassifierReward."""
+    threshold = 0.0 if classifier_fires else 1.01  # every frame / no frame is a success to the classifier
+    env = OperatorOutcome(ClassifierReward(_sim_env(), _classifier(), Calibration(threshold=threshold, target_fpr=0.01,
+                                                                                  consecutive=2)))
     env.reset(seed=0)
     _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
-    assert (r, terminated, info["success"]) == (0.0, False, False)  # the classifier never fires here
-    env.override(True)
-    _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
-    assert (r, terminated, info["reward_source"]) == (1.0, True, "operator")
+    assert (r, terminated, info["reward_source"]) == (0.0, False, "classifier")  # one frame: never enough
+    env.override(not classifier_fires)
+    _, r, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+    assert info["classifier_success"] is classifier_fires  # the classifier's verdict, overruled
+    assert (r, terminated, truncated) == (float(not classifier_fires), True, False)
+    assert (info["success"], info["reward_source"]) == (not classifier_fires, "operator")
+    assert info["ground_truth_success"] is False  # the sim's own verdict stays apart
     env.reset(seed=1)
-    env.override(False)
-    _, r, terminated, _, info = env.step(np.zeros(7, np.float32))
-    assert (r, terminated, info["success"], info["reward_source"]) == (0.0, True, False, "operator")
     _, _, terminated, _, info = env.step(np.zeros(7, np.float32))
-    assert info["reward_source"] == "classifier"  # an override counts for one step only
+    assert info["reward_source"] == "classifier" and not terminated  # the next episode is the classifier's again
 
 
 def test_wrapper_refuses_an_env_whose_cameras_do_not_match():

@@ -198,7 +198,7 @@ def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(
 
 
 def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_with_the_operator(tmp_path):
-    """Issue 17: the recorder committed episodes with no human in the loop. The teleop node hangs
+    """No episode is committed without a human in the loop. The teleop node hangs
     (SIGSTOP) mid-episode: the arm holds (operator_lost), the actor drops that episode (counted,
     never committed) and its reset waits while the arm holds. The teleop node runs again
     (SIGCONT): the actor plays that episode anew and the recorder commits it. Every committed

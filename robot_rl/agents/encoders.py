@@ -11,7 +11,7 @@ encoder, so replay buffers can keep storing compact uint8 frames.
                               torchvision's ``resnet18`` so locally saved
                               weights load (nothing is ever downloaded).
 * ``make_image_encoder``      factory over the two encoders.
-* ``MultiCameraEncoder``      one encoder per camera + the proprio state.
+* ``MultiCameraEncoder``      one encoder per camera, features concatenated.
 """
 
 from __future__ import annotations
@@ -384,12 +384,11 @@ def make_image_encoder(
 
 
 class MultiCameraEncoder(nn.Module):
-    """One image encoder per camera; features concatenated with the state vector.
+    """One image encoder per camera; their features concatenated.
 
-    ``forward(obs)`` reads ``obs[camera]`` (uint8 ``[B, H, W, 3]``) for every
-    camera and ``obs["state"]`` (float ``[B, state_dim]``) if ``state_dim > 0``,
-    and returns ``[B, out_dim * len(cameras) + state_dim]`` (cameras in the
-    given order, state last).
+    ``forward(obs)`` reads ``obs[camera]`` (uint8 ``[B, H, W, 3]``) for every camera and
+    returns ``[B, out_dim * len(cameras)]`` (cameras in the given order). The robot state is
+    the caller's (``ObservationEncoder`` appends it).
     """
 
     def __init__(
@@ -400,31 +399,21 @@ class MultiCameraEncoder(nn.Module):
         out_dim: int = 64,
         pretrained_path: str | Path | None = None,
         freeze: bool = False,
-        state_dim: int = 0,
     ):
         super().__init__()
         cameras = list(cameras)
+        if not cameras:
+            raise ValueError("MultiCameraEncoder needs at least one camera")
         if len(set(cameras)) != len(cameras):
             raise ValueError(f"duplicate camera names in {cameras}")
         for cam in cameras:
             if not cam or "." in cam or cam == "state":
                 raise ValueError(f"invalid camera name {cam!r} (must be non-empty, no '.', not 'state')")
-        if state_dim < 0:
-            raise ValueError(f"state_dim must be >= 0, got {state_dim}")
-        if not cameras and state_dim == 0:
-            raise ValueError("MultiCameraEncoder needs at least one camera or state_dim > 0")
         self.cameras = cameras
-        self.state_dim = state_dim
         self.encoders = nn.ModuleDict(
             {cam: make_image_encoder(kind, image_size, out_dim, pretrained_path, freeze) for cam in cameras}
         )
-        self.out_dim = out_dim * len(cameras) + state_dim
+        self.out_dim = out_dim * len(cameras)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        feats = [self.encoders[cam](obs[cam]) for cam in self.cameras]
-        if self.state_dim > 0:
-            state = obs["state"]
-            if state.ndim != 2 or state.shape[-1] != self.state_dim:
-                raise ValueError(f"obs['state'] must be [B, {self.state_dim}], got {tuple(state.shape)}")
-            feats.append(state.to(feats[0].dtype) if feats else state)
-        return torch.cat(feats, dim=-1)
+        return torch.cat([self.encoders[cam](obs[cam]) for cam in self.cameras], dim=-1)

@@ -2,8 +2,8 @@
 tanh-Gaussian actor, the discrete grasp critic and the observation encoder.
 
 The critic ensemble is ONE module whose weights carry a leading ensemble axis, so all
-critics run in a single batched matmul (``torch.baddbmm``) instead of a Python loop;
-``LoopCriticEnsemble`` is the naive per-critic loop kept only as the benchmark baseline.
+critics run in a single batched matmul (``torch.baddbmm``) instead of a Python loop (the
+loop survives only as the baseline of ``robot-rl bench learner``).
 """
 
 from __future__ import annotations
@@ -81,20 +81,6 @@ class CriticEnsemble(nn.Module):
         for layer in self.net:
             x = layer(x, members) if isinstance(layer, (EnsembleLinear, EnsembleLayerNorm)) else layer(x)
         return x.squeeze(-1)
-
-
-class LoopCriticEnsemble(nn.Module):
-    """The naive ensemble: a Python loop over ``n`` separate MLPs (benchmark baseline only)."""
-
-    def __init__(self, n: int, feature_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)):
-        super().__init__()
-        self.n = n
-        self.critics = nn.ModuleList(mlp(feature_dim + action_dim, hidden, 1) for _ in range(n))
-
-    def forward(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
-        x = torch.cat([features, action], dim=-1)
-        chosen = range(self.n) if members is None else members.tolist()
-        return torch.stack([self.critics[i](x).squeeze(-1) for i in chosen])
 
 
 class TanhGaussianActor(nn.Module):

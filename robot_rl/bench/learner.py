@@ -23,8 +23,9 @@ import time
 
 import numpy as np
 import torch
+from torch import nn
 
-from robot_rl.agents.networks import LoopCriticEnsemble
+from robot_rl.agents.networks import mlp
 from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig
 from robot_rl.envs import make_env, obs_spec
 from robot_rl.replay.buffer import MixedReplay, ReplayBuffer
@@ -89,6 +90,21 @@ def make_agent(config: SACConfig, replay: MixedReplay, seed: int) -> SACAgent:
     used = min(replay.demo._slots_written, replay.demo.capacity)
     agent.fit_normalizer(replay.demo._obs["state"][:used])
     return agent
+
+
+class LoopCriticEnsemble(nn.Module):
+    """The naive ensemble, the baseline the batched ``CriticEnsemble`` is measured against: a
+    Python loop over ``n`` separate MLPs with the same layers and the same call signature."""
+
+    def __init__(self, n: int, feature_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)):
+        super().__init__()
+        self.n = n
+        self.critics = nn.ModuleList(mlp(feature_dim + action_dim, hidden, 1) for _ in range(n))
+
+    def forward(self, features: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        x = torch.cat([features, action], dim=-1)
+        chosen = range(self.n) if members is None else members.tolist()
+        return torch.stack([self.critics[i](x).squeeze(-1) for i in chosen])
 
 
 def use_loop_critic(agent: SACAgent) -> SACAgent:

@@ -5,25 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from robot_rl.envs import make_env, obs_spec
+from robot_rl.envs import make_env
 from robot_rl.rollout import evaluate
-from robot_rl.runtime.checkpoint import CheckpointError, load_agent, read_state, resolve_checkpoint
-
-
-def check_compatible(agent_config, env, ckpt: Path) -> None:
-    """The checkpoint's observation contract must be the environment's."""
-    spec = obs_spec(env.observation_space)
-    got = {"state_dim": spec["state"][0][0], "cameras": list(env.cameras)}
-    want = {"state_dim": agent_config.state_dim, "cameras": list(agent_config.cameras)}
-    if got != want:
-        raise CheckpointError(
-            f"checkpoint {ckpt} expects observations {want} but this environment gives {got}; "
-            "evaluate it on the task and --obs mode it was trained with"
-        )
-    if agent_config.cameras:
-        size = tuple(spec[agent_config.cameras[0]][0][:2])
-        if size != tuple(agent_config.image_size):
-            raise CheckpointError(f"checkpoint {ckpt} expects {tuple(agent_config.image_size)} images, env gives {size}")
+from robot_rl.runtime.checkpoint import check_compatible, load_agent, read_state, resolve_checkpoint
 
 
 def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,

@@ -1,4 +1,4 @@
-"""The sim main job for now: the scripted expert solves each task on each backend, and the
+"""``robot-rl sim run``: the scripted expert solves each task on each backend, and the
 run folder gets a success table, a summary JSON and a GIF (front | wrist) per task."""
 
 from __future__ import annotations

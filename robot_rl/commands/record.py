@@ -23,8 +23,7 @@ class CheckpointPolicy:
 
     def __init__(self, path: str | Path, env, deterministic: bool = False):
         from robot_rl.envs import FlatObservation
-        from robot_rl.commands.evaluate import check_compatible
-        from robot_rl.runtime.checkpoint import load_agent, read_state, resolve_checkpoint
+        from robot_rl.runtime.checkpoint import check_compatible, load_agent, read_state, resolve_checkpoint
 
         ckpt = resolve_checkpoint(Path(path))
         trained = read_state(ckpt).get("train_config", {})

@@ -3,9 +3,8 @@
 Reward 1 and the end of the episode when the classifier sees success (``consecutive`` frames
 in a row at or above the calibrated threshold), 0 otherwise. The env's own success flag is
 not used for reward or termination: it stays in ``info["ground_truth_success"]`` for
-evaluation (sim) and is absent on hardware. An operator's success/failure key overrides the
-classifier: the teleop layer calls ``override(True|False)`` and the next step ends the
-episode with that outcome.
+evaluation (sim) and is absent on hardware. The operator's success/failure key is
+``OperatorOutcome``'s, wrapped around this one: it wins over the classifier.
 """
 
 from __future__ import annotations
@@ -41,15 +40,10 @@ class ClassifierReward(gym.Wrapper):
                 raise ClassifierError(f"camera {cam!r} gives {size[0]}x{size[1]} frames; the classifier was trained "
                                       f"on {classifier.config.image_size[0]}x{classifier.config.image_size[1]}")
         self._streak = 0
-        self._override: bool | None = None
         self._steps = 0
         # the env truncates only episodes that are not solved by its own measure; here the
         # classifier decides, so the time limit is applied to every episode
         self.max_episode_steps = getattr(env.unwrapped, "max_episode_steps", None)
-
-    def override(self, success: bool) -> None:
-        """The operator's key: the next step ends the episode as a success (True) or failure."""
-        self._override = bool(success)
 
     @torch.no_grad()
     def probability(self, obs: dict) -> float:
@@ -58,7 +52,6 @@ class ClassifierReward(gym.Wrapper):
 
     def reset(self, **kwargs):
         self._streak = 0
-        self._override = None
         self._steps = 0
         return self.env.reset(**kwargs)
 
@@ -72,16 +65,8 @@ class ClassifierReward(gym.Wrapper):
         detected = self._streak >= self.calibration.consecutive
         info = dict(info)
         info["ground_truth_success"] = info.pop("success", None)
-        info.update(classifier_p=p, classifier_success=detected)
-        if self._override is not None:
-            success, source = self._override, "operator"
-            terminated = True
-            self._override = None
-        else:
-            success, source = detected, "classifier"
-            terminated = detected
-        info.update(success=success, reward_source=source)
-        return obs, float(success), terminated, truncated and not terminated, info
+        info.update(classifier_p=p, classifier_success=detected, success=detected, reward_source="classifier")
+        return obs, float(detected), detected, truncated and not detected, info
 
 
 class OperatorOutcome(gym.Wrapper):

@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.sac import SACAgent, SACConfig
@@ -72,8 +72,6 @@ def read_agent_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]
         raise CheckpointError(f"no agent weights at {path}")
     try:
         tensors = load_file(str(path))
-        from safetensors import safe_open
-
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as err:
@@ -97,11 +95,48 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def read_agent_config(ckpt: Path) -> SACConfig:
+    """The agent config a checkpoint was saved with (a checkpoint folder or its
+    ``agent.safetensors``), from the file's metadata alone: no weights are read."""
+    path = Path(ckpt)
+    path = path / "agent.safetensors" if path.is_dir() else path
+    if not path.is_file():
+        raise CheckpointError(f"no agent weights at {path}")
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint file {path} is corrupt ({one_line(err)}); use an earlier checkpoint") from err
+    return _agent_config(meta, path)
+
+
+def _agent_config(meta: dict[str, str], path: Path, device: str = "cpu") -> SACConfig:
+    try:
+        return SACConfig.from_dict({**json.loads(meta["agent_config"]), "device": device})
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path} does not load ({one_line(err)})") from err
+
+
+def check_compatible(agent_config: SACConfig, env, ckpt: Path) -> None:
+    """Raise CheckpointError (one line naming ``ckpt``) unless an agent of ``agent_config`` (a
+    checkpoint's) reads the observations ``env`` gives: the same state size and the same cameras
+    at the same image size. ``env`` serves the learner's flat observations (``FlatObservation``:
+    ``{"state": float32[S], "<camera>": uint8[H, W, 3], ...}``)."""
+    spaces = env.observation_space.spaces
+    gives = {"state_dim": int(spaces["state"].shape[0]),
+             "images": {cam: [int(n) for n in space.shape[:2]] for cam, space in spaces.items() if cam != "state"}}
+    expects = {"state_dim": int(agent_config.state_dim),
+               "images": {cam: [int(n) for n in agent_config.image_size] for cam in agent_config.cameras}}
+    if gives != expects:
+        raise CheckpointError(f"checkpoint {ckpt} expects observations {expects} but this environment gives {gives}; "
+                              "use it with the task, --obs mode, cameras and image size it was trained with")
+
+
 def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") -> SACAgent:
     """Rebuild an agent from ``agent.safetensors`` (config from its metadata)."""
     tensors, meta = read_agent_file(path)
+    config = _agent_config(meta, path, device)
     try:
-        config = SACConfig.from_dict({**json.loads(meta["agent_config"]), "device": device})
         config.pretrained_path = None  # the backbone's weights are in the checkpoint itself
         agent = SACAgent(config)
         agent.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})

@@ -14,6 +14,7 @@ environment only.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,6 +167,7 @@ class Supervisor:
         self.folder = Path(tempfile.mkdtemp(prefix="robot-rl-launch-"))
         self.procs: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {n.name: 0 for n in nodes}
+        self.exited: set[str] = set()  # nodes neither required nor respawned that have exited (said once)
         self.stopping = threading.Event()
 
     def start(self, node: NodeSpec) -> None:
@@ -183,7 +185,6 @@ class Supervisor:
         """Until a required node exits (its exit code is returned) or ``stop()``."""
         for node in self.nodes:
             self.start(node)
-        code = 0
         try:
             while not self.stopping.is_set():
                 for node in self.nodes:
@@ -202,13 +203,14 @@ class Supervisor:
                         self.log(f"[launch] {node.name} died ({rc}); restarting (restart {self.restarts[node.name]})")
                         time.sleep(1.0)
                         self.start(node)
-                    elif rc != 0 and not getattr(self.procs[node.name], "reported", False):
-                        self.procs[node.name].reported = True
-                        self.log(f"[launch] {node.name} exited ({rc})")
+                    elif node.name not in self.exited:
+                        self.exited.add(node.name)
+                        if rc != 0:
+                            self.log(f"[launch] {node.name} exited ({rc})")
                 time.sleep(0.2)
         finally:
             self.stop()
-        return code
+        return 0  # stopped (stop(), SIGTERM) with every required node still running
 
     def stop(self) -> None:
         self.stopping.set()
@@ -236,10 +238,5 @@ def launch(stack: str, overrides: list[str], log=print, env: dict | None = None)
     finally:
         supervisor.stop()
         signal.signal(signal.SIGTERM, previous)
-        os.environ.get("ROBOT_RL_KEEP_LAUNCH_FILES") or _remove(supervisor.folder)
-
-
-def _remove(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
+        if not os.environ.get("ROBOT_RL_KEEP_LAUNCH_FILES"):
+            shutil.rmtree(supervisor.folder, ignore_errors=True)
