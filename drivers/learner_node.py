@@ -24,8 +24,8 @@ from rclpy.node import Node
 from robot_rl.drivers.node import declare_config, run_loop
 from robot_rl.drivers.ros_transport import learner_endpoint
 from robot_rl.envs import obs_spec, spec_env
-from robot_rl.runtime.checkpoint import (clean_leftovers, latest_checkpoint, list_checkpoints, load_agent,
-                                         write_checkpoint)
+from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, latest_checkpoint, list_checkpoints,
+                                         load_agent, read_agent_config, write_checkpoint)
 from robot_rl.runtime.learner import Learner, build_learner
 from robot_rl.config import LearnerNodeConfig, agent_config_for, write_config_json
 
@@ -64,6 +64,7 @@ class LearnerNode(Node):
             self.get_logger().warning(f"removed {leftover}, left by a checkpoint save that was interrupted")
         ckpt = latest_checkpoint(self.run_dir, log=self.get_logger().warning) if cfg.resume else None
         if ckpt is not None:
+            check_compatible(read_agent_config(ckpt), self.env, ckpt)
             self.learner.resume_from(load_agent(ckpt / "agent.safetensors"))
             self.get_logger().info(f"resumed the agent from {ckpt}")
         log = self.get_logger().info

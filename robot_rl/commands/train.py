@@ -27,8 +27,8 @@ from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
-from robot_rl.runtime.checkpoint import (CheckpointError, clean_leftovers, list_checkpoints, read_state,
-                                         resolve_checkpoint)
+from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, clean_leftovers, list_checkpoints,
+                                         read_agent_config, read_state, resolve_checkpoint)
 from robot_rl.runtime.learner import LATEST_ONLY, LearnerSetup, learner_main, transition_arrays
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
@@ -257,12 +257,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)
     if resume_from:
-        from robot_rl.runtime.checkpoint import read_agent_file
-
-        _, meta = read_agent_file(Path(resume_from) / "agent.safetensors")
-        saved_agent = json.loads(meta["agent_config"])
-        if saved_agent.get("state_dim") != agent_cfg.state_dim or list(saved_agent.get("cameras", [])) != list(agent_cfg.cameras):
-            raise CheckpointError(f"checkpoint {resume_from} does not match this environment's observations")
+        check_compatible(read_agent_config(Path(resume_from)), env, Path(resume_from))
     policy = SACAgent(agent_cfg)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
     link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
