@@ -243,10 +243,7 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="robot-rl", description="Human-in-the-loop RL for robot arms, with a sim twin.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_sim(sub) -> None:
     sim = sub.add_parser("sim", help="the simulated twin").add_subparsers(dest="sim_command", required=True)
     tasks = sim.add_parser("tasks", help="list tasks and backends")
     tasks.set_defaults(func=_cmd_sim_tasks)
@@ -261,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs", help="parent folder of the run folder")
     run.set_defaults(func=_cmd_sim_run)
 
+
+def add_train(sub) -> None:
     tr = sub.add_parser("train", help="train a policy on the sim twin (SAC/RLPD, learner in its own process)",
                         description="Every option is a TrainConfig field (robot_rl/config.py). --config FILE.yaml "
                                     "sets fields (KEY: VALUE, field names), the options override it. With --resume "
@@ -272,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(tr, TrainConfig)
     tr.set_defaults(func=_cmd_train)
 
+
+def add_record(sub) -> None:
     rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store")
     rec.add_argument("--task", default="PickCube")
     rec.add_argument("--backend", default="mujoco")
@@ -306,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
     rec.set_defaults(func=_cmd_record, keep="all")
 
+
+def add_data(sub) -> None:
     data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video").add_subparsers(
         dest="data_command", required=True)
     d_info = data.add_parser("info", help="episodes, lengths, success rate, intervention share")
@@ -338,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     d_split.add_argument("--out", required=True)
     d_split.set_defaults(func=_cmd_data)
 
+
+def add_classifier(sub) -> None:
     clf = sub.add_parser("classifier", help="the learned success classifier (the reward)").add_subparsers(
         dest="classifier_command", required=True)
     c_train = clf.add_parser("train", help="train on labelled frames of episode stores; calibrate; save")
@@ -369,10 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     c_hard.add_argument("--retrain", metavar="DIR", help="retrain on the classifier's data + the mined episodes into DIR")
     c_hard.set_defaults(func=_cmd_classifier)
 
+
+def add_report(sub) -> None:
     rep = sub.add_parser("report", help="write <run>/report.md: curves, success, classifier metrics")
     rep.add_argument("run", help="a training run folder")
     rep.set_defaults(func=_cmd_report)
 
+
+def add_eval(sub) -> None:
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
     ev.add_argument("--checkpoint", required=True,
                     help="checkpoint folder, or run folder (its newest checkpoint that verifies)")
@@ -382,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=3_000_000)
     ev.set_defaults(func=_cmd_eval)
 
+
+def add_launch(sub) -> None:
     lau = sub.add_parser("launch", help="start a ROS 2 stack of launch/stacks.yaml as supervised processes "
                                         "(what `ros2 launch robot_rl NAME.launch.py` starts)")
     lau.add_argument("stack", nargs="?", help="sim_train, train, record_demos or session")
@@ -389,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     lau.add_argument("--list", action="store_true", help="list the stacks and their arguments")
     lau.set_defaults(func=_cmd_launch)
 
+
+def add_session(sub) -> None:
     ses = sub.add_parser("session", help="a teleoperation session on the sim twin: demonstrate and correct through "
                                          "the operator console and your devices while the policy learns; all recorded")
     ses.add_argument("--task", default="PickCube")
@@ -409,12 +422,24 @@ def build_parser() -> argparse.ArgumentParser:
     ses.add_argument("--run-dir")
     ses.set_defaults(func=_cmd_session)
 
+
+def add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
     bench.add_argument("name")
     bench.add_argument("--quick", action="store_true", help="fewer samples, same figures (a minute or two)")
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(func=_cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="robot-rl", description="Human-in-the-loop RL for robot arms, with a sim twin.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_sim, add_train, add_record, add_data, add_classifier, add_report, add_eval, add_launch,
+                add_session, add_bench):
+        add(sub)
     return parser
+
+
 
 
 def main(argv: list[str] | None = None) -> int:
