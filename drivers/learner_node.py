@@ -65,7 +65,7 @@ class LearnerNode(Node):
         ckpt = latest_checkpoint(self.run_dir, log=self.get_logger().warning) if cfg.resume else None
         if ckpt is not None:
             check_compatible(read_agent_config(ckpt), self.env, ckpt)
-            self.learner.resume_from(load_agent(ckpt / "agent.safetensors"))
+            self.learner.resume_from(load_agent(ckpt / "agent.safetensors", device=self.learner.agent.config.device))
             self.get_logger().info(f"resumed the agent from {ckpt}")
         log = self.get_logger().info
         if cfg.demo_store:

@@ -107,6 +107,8 @@ class LearningConfig:
     replay_capacity: int = setting(200_000, "online replay buffer size (transitions)")
     demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)")
     weights_every: int = setting(50, "updates between weight broadcasts to the actors")
+    device: str = setting("auto", "the learner's torch device: auto (CUDA when present, else MPS, else the CPU), "
+                                  "cpu, cuda, cuda:N or mps")
 
 
 @dataclass
@@ -176,7 +178,7 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
             raise ValueError(f"human_eagerness must lie in [0, 1] (0: no human), got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
-        agent = sac_config().from_dict(self.agent)  # unknown keys fail here, before anything starts
+        agent = sac_config().from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
         if not 1 <= agent.num_target_critics <= agent.num_critics:
             raise ValueError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
@@ -186,19 +188,33 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
+        from robot_rl.runtime.device import resolve_device
+
+        resolve_device(self.device)  # a device that is not there ends the run before any work
+
+
+def agent_settings(agent: dict) -> dict:
+    """The ``agent`` dict (SAC settings), which never chooses the device: the ``device`` setting
+    (``--device``, the nodes' ``device`` parameter) is the one way, so the two cannot disagree."""
+    if "device" in agent:
+        raise ConfigError(f"agent: device={agent['device']!r} is not an agent setting; choose the device with "
+                          "--device (the ROS parameter device)")
+    return agent
 
 
 def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env) -> SACConfig:
-    """The agent of a config (its cell, policy and agent settings) on ``env``'s observations."""
+    """The agent of a config (its cell, policy and agent settings) on ``env``'s observations, on
+    the config's ``device`` (resolved: ``auto`` becomes the device this machine has)."""
     from robot_rl.envs import obs_spec
+    from robot_rl.runtime.device import resolve_device
 
     spec = obs_spec(env.observation_space)
     residual = cfg.residual and cfg.has_demos
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
                 grasp_critic=env.unwrapped.task.uses_gripper,
                 residual_scale=cfg.residual_scale if residual else 0.0,
-                residual_penalty=cfg.residual_penalty if residual else 0.0)
-    return sac_config().from_dict({**base, **cfg.agent})
+                residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
+    return sac_config().from_dict({**base, **agent_settings(cfg.agent)})
 
 
 # ------------------------------------------------------------------ ROS nodes
@@ -224,6 +240,8 @@ class ActorNodeConfig(RewardConfig, PolicyConfig, CellConfig):
                           choices=POLICIES)
     run_dir: str = setting("", "where to write actor_config.json and, when the run ends, actor_summary.json "
                                "(robot-rl report reads it)")
+    device: str = setting("cpu", "the torch device of the policy's acting copy: cpu (a robot PC acts on its CPU "
+                                 "while the learner node uses a GPU), auto, cuda, cuda:N or mps")
 
 
 @dataclass

@@ -16,8 +16,9 @@ from robot_rl.config_cli import option
 
 CONFIGS = (TrainConfig, ActorNodeConfig, LearnerNodeConfig)
 # same name, different job: each config declares its own (total steps vs "0: until shut down", a
-# run folder made per run vs a fixed one, a learner node's small agent-only checkpoints more often)
-OWN_PER_CONFIG = {"run_dir", "env_steps", "checkpoint_every_s"}
+# run folder made per run vs a fixed one, a learner node's small agent-only checkpoints more often, the
+# actor node's acting copy on the CPU of a robot PC vs the learner's GPU when there is one)
+OWN_PER_CONFIG = {"run_dir", "env_steps", "checkpoint_every_s", "device"}
 
 
 def train_overrides(*argv: str) -> dict:

@@ -65,9 +65,9 @@ def _train_policy(name: str, run_dir: str, kw: dict) -> dict:
     return summary
 
 
-def _classifier_job(work: str, p: dict) -> dict:
+def _classifier_job(work: str, p: dict, device: str = "auto") -> dict:
     """Record the classifier's data and train it (in a worker process)."""
-    return _make_classifier(work, p, log=lambda m: print(f"[classifier] {m}", flush=True))
+    return _make_classifier(work, p, log=lambda m: print(f"[classifier] {m}", flush=True), device=device)
 
 
 def _median_steps(steps: list[int | None]) -> float | None:
@@ -79,7 +79,7 @@ def _median_steps(steps: list[int | None]) -> float | None:
     return None if None in pair else float(np.mean(pair))
 
 
-def _make_classifier(work: str, p: dict, log) -> dict:
+def _make_classifier(work: str, p: dict, log, device: str = "auto") -> dict:
     from robot_rl.reward.training import train_classifier
 
     work = Path(work)
@@ -92,15 +92,19 @@ def _make_classifier(work: str, p: dict, log) -> dict:
             image_size=size, hold_after_failure=p["hold_failure"], hold_motion=HOLD_MOTION, hold_rise=HOLD_RISE)
     record_s = time.time() - t0
     report = train_classifier([work / "successes.zarr", work / "failures.zarr"], work / "classifier",
-                              steps=p["classifier_steps"], consecutive=CONSECUTIVE, seed=0, log=log)
+                              steps=p["classifier_steps"], consecutive=CONSECUTIVE, seed=0, log=log, device=device)
     return {"classifier": str(work / "classifier"), "classifier_validation": report["validation"],
             "classifier_record_s": round(record_s, 1), "classifier_train_s": report["wall_s"]}
 
 
-def run(quick: bool = False, log=print) -> dict:
+def run(quick: bool = False, log=print, device: str = "auto") -> dict:
+    """``device``: where the classifier trains and scores, the learners learn and the held-out
+    agent acts (auto, cpu, cuda, cuda:N, mps)."""
     from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.training import evaluate_classifier
+    from robot_rl.runtime.device import resolve_device
 
+    device = resolve_device(device)
     p = QUICK if quick else FULL
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-classifier-") as tmp:
@@ -110,12 +114,12 @@ def run(quick: bool = False, log=print) -> dict:
         common = dict(task="PickCube", obs="state", demo_store=str(demos), env_steps=p["env_steps"],
                       eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                       final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
-                      critic_warmup_steps=p["warmup"], checkpoint_every=p["checkpoint_every"])
+                      critic_warmup_steps=p["warmup"], checkpoint_every=p["checkpoint_every"], device=device)
         seeds = list(range(p["seeds"]))
         log(f"training the classifier and, seeds {seeds}, PickCube with ground-truth reward and then with the "
             "classifier's reward, two at a time")
         with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            made = pool.submit(_classifier_job, str(work), p)
+            made = pool.submit(_classifier_job, str(work), p, device)
             truth = [pool.submit(_train_policy, f"ground_truth seed {s}", str(work / f"run_truth_{s}"),
                                  dict(common, seed=s)) for s in seeds]
             made = made.result()
@@ -130,11 +134,11 @@ def run(quick: bool = False, log=print) -> dict:
             "expert_noise_0.3": _record(work / "heldout_expert.zarr", episodes=p["heldout_expert"], noise=0.3,
                                         seed=300, images=True, image_size=size, continue_after_success=FULL_EPISODE),
             "agent": _record(work / "heldout_agent.zarr", episodes=p["heldout_agent"], policy=str(first_checkpoint),
-                             seed=400, images=True, image_size=size, continue_after_success=FULL_EPISODE),
+                             device=device, seed=400, images=True, image_size=size, continue_after_success=FULL_EPISODE),
         }
         stores = [h["path"] for h in heldout.values()]
-        metrics = evaluate_classifier(made["classifier"], stores)["metrics"]
-        per_source = {name: evaluate_classifier(made["classifier"], [h["path"]])["metrics"]
+        metrics = evaluate_classifier(made["classifier"], stores, device=device)["metrics"]
+        per_source = {name: evaluate_classifier(made["classifier"], [h["path"]], device=device)["metrics"]
                       for name, h in heldout.items()}
 
     steps_truth = _median_steps([r["steps_to_90"] for r in truth])
@@ -143,6 +147,7 @@ def run(quick: bool = False, log=print) -> dict:
              else None)
     outcomes = {k: sum(r["classifier_episodes"][k] for r in learned) for k in learned[0]["classifier_episodes"]}
     figures = {
+        "device": device,
         "heldout_fpr": round(metrics["fpr"], 4), "heldout_recall": round(metrics["recall"], 4),
         "heldout_roc_auc": round(metrics["roc_auc"], 4), "heldout_precision": round(metrics["precision"], 4),
         "heldout_frames": metrics["frames"], "heldout_positive_frames": metrics["tp"] + metrics["fn"],

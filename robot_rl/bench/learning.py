@@ -51,18 +51,22 @@ def plan(p: dict) -> dict[str, dict]:
     }
 
 
-def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
+def run(quick: bool = False, log=print, jobs: int | None = None, device: str = "auto") -> dict:
     """Run every configuration of ``plan``, ``jobs`` at a time (default: one per CPU core;
-    each run is one learner busy on one core, its actor mostly waiting for it)."""
+    each run is one learner busy on one core, its actor mostly waiting for it); the learners
+    on ``device`` (auto, cpu, cuda, cuda:N, mps), the actors on the CPU."""
+    from robot_rl.runtime.device import resolve_device
+
+    device = resolve_device(device)
     p = QUICK if quick else FULL
-    runs = plan(p)
+    runs = {name: dict(kw, device=device) for name, kw in plan(p).items()}
     jobs = max(1, min(len(runs), jobs or os.cpu_count() or 1))
     log(f"{len(runs)} training runs, {jobs} at a time")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {name: pool.submit(train_run, name, kw) for name, kw in runs.items()}
         results = {name: f.result() for name, f in futures.items()}
-    figures: dict = {"eval_episodes": p["eval_episodes"], "parallel_runs": jobs, "total_wall_s": round(time.time() - t0, 1)}
+    figures: dict = {"device": device, "eval_episodes": p["eval_episodes"], "parallel_runs": jobs, "total_wall_s": round(time.time() - t0, 1)}
     for name in runs:
         s = results[name]
         curve = [[e["env_steps"], e["success_rate"]] for e in s["evals"]]

@@ -45,7 +45,7 @@ def _cmd_bench(args) -> int:
     from robot_rl.bench import run_benchmark
 
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    figures = run_benchmark(args.name, quick=args.quick, log=log)
+    figures = run_benchmark(args.name, quick=args.quick, log=log, device=args.device)
     if args.json:
         print(json.dumps(figures))
     else:
@@ -96,7 +96,7 @@ def _cmd_record(args) -> int:
                                   hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
                                   hold_rise=args.hold_rise, hold_release=args.hold_release,
                                   continue_after_success=args.continue_after_success,
-                                  policy=args.policy, on_episode=lambda index, success: print(
+                                  policy=args.policy, device=args.device, on_episode=lambda index, success: print(
                                       f"record: episode {index} committed ({'success' if success else 'failure'})",
                                       file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # the committed episodes stay in the store; the one cut off never reads as one
@@ -157,18 +157,18 @@ def _cmd_classifier(args) -> int:
     from robot_rl.reward.training import evaluate_classifier, train_classifier
 
     if args.classifier_command == "eval":
-        print(json.dumps(evaluate_classifier(args.classifier, args.data)["metrics"]))
+        print(json.dumps(evaluate_classifier(args.classifier, args.data, device=args.device)["metrics"]))
         return 0
     if args.classifier_command == "hard-negatives":
         from robot_rl.reward.hard_negatives import mine_hard_negatives, retrain_with
 
-        summary = mine_hard_negatives(args.classifier, args.rollouts, args.out)
+        summary = mine_hard_negatives(args.classifier, args.rollouts, args.out, device=args.device)
         print(json.dumps(summary))
         if args.retrain:
             if not summary["kept_episodes"]:
                 print("no false positives in the rollouts: nothing to retrain with")
                 return 0
-            print(json.dumps(retrain_with(args.classifier, args.out, args.retrain)["validation"]))
+            print(json.dumps(retrain_with(args.classifier, args.out, args.retrain, device=args.device)["validation"]))
         return 0
 
     if args.pretrained and not Path(args.pretrained).is_file():
@@ -180,7 +180,7 @@ def _cmd_classifier(args) -> int:
                               min_threshold=args.min_threshold,
                               consecutive=args.consecutive, val_fraction=args.val_fraction, seed=args.seed,
                               encoder=args.encoder, pretrained_path=args.pretrained,
-                              freeze_backbone=args.freeze_backbone)
+                              freeze_backbone=args.freeze_backbone, device=args.device)
     print(json.dumps(report["validation"]))
     return 0
 
@@ -238,9 +238,16 @@ def _cmd_eval(args) -> int:
     from robot_rl.commands.evaluate import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
-                                 seed=args.seed)
+                                 seed=args.seed, device=args.device)
     print(json.dumps(result))
     return 0
+
+
+def add_device(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--device``: auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda:N or mps."""
+    parser.add_argument("--device", default="auto", metavar="DEVICE",
+                        help=f"{what}: auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda:N or mps "
+                             "(default auto)")
 
 
 def add_sim(sub) -> None:
@@ -280,6 +287,7 @@ def add_record(sub) -> None:
     rec.add_argument("--noise", type=float, default=0.1, help="expert action noise (higher: more failed takes)")
     rec.add_argument("--policy", metavar="CHECKPOINT",
                      help="record a trained policy's rollouts (run folder or checkpoint) instead of the scripted expert")
+    add_device(rec, "with --policy: the torch device the policy acts on")
     keep = rec.add_mutually_exclusive_group()
     keep.add_argument("--successful-only", dest="keep", action="store_const", const="successes",
                       help="keep only successful takes")
@@ -360,10 +368,12 @@ def add_classifier(sub) -> None:
     c_train.add_argument("--pretrained", help="local ResNet-18 weights (torchvision names)")
     c_train.add_argument("--freeze-backbone", action="store_true")
     c_train.add_argument("--seed", type=int, default=0)
+    add_device(c_train, "the torch device it trains on")
     c_train.set_defaults(func=_cmd_classifier)
     c_eval = clf.add_parser("eval", help="a classifier at its threshold on other stores (e.g. another policy's rollouts)")
     c_eval.add_argument("--classifier", required=True, help="folder written by classifier train")
     c_eval.add_argument("--data", action="append", required=True, help="an episode store with images (repeatable)")
+    add_device(c_eval, "the torch device the frames are scored on")
     c_eval.set_defaults(func=_cmd_classifier)
     c_hard = clf.add_parser("hard-negatives", help="keep rollout episodes where the classifier fires on a failure "
                                                    "frame (labelled by ground truth or the operator); retrain with them")
@@ -372,6 +382,7 @@ def add_classifier(sub) -> None:
                         help="episode store of rollouts, e.g. robot-rl record --policy RUN (repeatable)")
     c_hard.add_argument("--out", required=True, help="new store for the mined episodes")
     c_hard.add_argument("--retrain", metavar="DIR", help="retrain on the classifier's data + the mined episodes into DIR")
+    add_device(c_hard, "the torch device the frames are scored on (and --retrain trains on)")
     c_hard.set_defaults(func=_cmd_classifier)
 
 
@@ -389,6 +400,7 @@ def add_eval(sub) -> None:
     ev.add_argument("--task", help="default: the task it was trained on")
     ev.add_argument("--backend", help="default: the backend it was trained on")
     ev.add_argument("--seed", type=int, default=3_000_000)
+    add_device(ev, "the torch device the policy acts on")
     ev.set_defaults(func=_cmd_eval)
 
 
@@ -428,6 +440,9 @@ def add_bench(sub) -> None:
     bench.add_argument("name")
     bench.add_argument("--quick", action="store_true", help="fewer samples, same figures (a minute or two)")
     bench.add_argument("--json", action="store_true")
+    bench.add_argument("--device", metavar="DEVICE",
+                       help="the torch device of the benchmarks that take one (learner, learning, classifier): auto "
+                            "(CUDA when present), cpu, cuda, cuda:N or mps (default: the benchmark's own)")
     bench.set_defaults(func=_cmd_bench)
 
 

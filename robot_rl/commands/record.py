@@ -21,13 +21,13 @@ KEEP = ("all", "successes", "failures")  # which takes a recording stores
 class CheckpointPolicy:
     """A trained checkpoint acting on the sim's contract observations."""
 
-    def __init__(self, path: str | Path, env, deterministic: bool = False):
+    def __init__(self, path: str | Path, env, deterministic: bool = False, device: str = "cpu"):
         from robot_rl.envs import FlatObservation
         from robot_rl.runtime.checkpoint import check_compatible, load_agent, read_state, resolve_checkpoint
 
         ckpt = resolve_checkpoint(Path(path))
         trained = read_state(ckpt).get("train_config", {})
-        self.agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False)
+        self.agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
         self.flat = FlatObservation(env, trained.get("obs", "state"))
         check_compatible(self.agent.config, self.flat, ckpt)
         self.deterministic = deterministic
@@ -44,7 +44,8 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
                     cameras: tuple[str, ...] = ("front", "wrist"), keep: str = "all",
                     image_codec: str = "lossless", hold_after_success: int = 0, hold_after_failure: int = 0,
                     hold_motion: float = 0.0, hold_rise: float = 0.0, hold_release: float = 0.0,
-                    continue_after_success: int = 0, policy: str | Path | None = None, on_episode=None) -> dict:
+                    continue_after_success: int = 0, policy: str | Path | None = None, on_episode=None,
+                    device: str = "auto") -> dict:
     """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
     The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
     or checkpoint; its stochastic policy, so that rollouts differ).
@@ -64,7 +65,8 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     by ground truth that a held object never shows. ``continue_after_success`` instead lets the actor go on
     acting for that many steps, up to the episode's time limit (a rollout not cut at success:
     what the actor does next).
-    Those frames come after the terminal transition, so demo loading ignores them."""
+    Those frames come after the terminal transition, so demo loading ignores them. ``device``:
+    where the ``policy`` acts (auto, cpu, cuda, cuda:N, mps)."""
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
@@ -77,6 +79,10 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
         raise ValueError(f"hold_release is a share of takes in [0, 1], got {hold_release}")
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
+    if policy is not None:
+        from robot_rl.runtime.device import resolve_device
+
+        device = resolve_device(device)  # before the sim starts and the store is created
     env = make(task, backend, images=images, image_size=tuple(image_size), cameras=tuple(cameras))
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
@@ -86,7 +92,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
             import torch
 
             torch.manual_seed(seed)  # the policy samples its actions
-            actor, source = CheckpointPolicy(policy, env), {"source": "policy", "policy": str(policy)}
+            actor, source = CheckpointPolicy(policy, env, device=device), {"source": "policy", "policy": str(policy)}
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
                                     images=image_codec, backend=backend, **source,
                                     hold_after_success=hold_after_success, hold_after_failure=hold_after_failure,

@@ -119,6 +119,12 @@ class LearnerLink:
         self.endpoint.close()
 
 
+def acting_config(agent_cfg: SACConfig) -> SACConfig:
+    """The actor's copy of the policy acts on the CPU whatever device the learner uses (one
+    observation per step; the weights arrive as numpy arrays and load onto it)."""
+    return dataclasses.replace(agent_cfg, device="cpu")
+
+
 def wait_for(learner: LearnerClient, condition, what: str, timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -255,10 +261,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     env = FlatObservation(cell, cfg.obs)  # what the policy sees; the (simulated) human sees the cell
     eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)  # graded by ground truth
     spec = obs_spec(env.observation_space)
-    agent_cfg = agent_config_for(cfg, env)
+    agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
     if resume_from:
         check_compatible(read_agent_config(Path(resume_from)), env, Path(resume_from))
-    policy = SACAgent(agent_cfg)
+    policy = SACAgent(acting_config(agent_cfg))
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
     link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
     learner = LearnerClient(link, policy, on_error=learner_error)

@@ -55,6 +55,10 @@ class SuccessClassifier(nn.Module):
         """uint8 [B, H, W, 3] per camera -> logits [B]."""
         return self.head(self.encoder(images)).squeeze(-1)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
     def augment(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
         out = {}
@@ -63,8 +67,8 @@ class SuccessClassifier(nn.Module):
             if c.color_jitter > 0:
                 x = img.float()
                 b = x.shape[0]
-                gain = 1 + (torch.rand(b, 1, 1, 1) * 2 - 1) * c.color_jitter
-                offset = (torch.rand(b, 1, 1, 1) * 2 - 1) * c.color_jitter * 64
+                gain = 1 + (torch.rand(b, 1, 1, 1, device=x.device) * 2 - 1) * c.color_jitter
+                offset = (torch.rand(b, 1, 1, 1, device=x.device) * 2 - 1) * c.color_jitter * 64
                 mean = x.mean(dim=(1, 2, 3), keepdim=True)
                 img = ((x - mean) * gain + mean + offset).clamp(0, 255).to(torch.uint8)
             out[cam] = img
@@ -72,13 +76,14 @@ class SuccessClassifier(nn.Module):
 
     @torch.no_grad()
     def probability(self, images: dict[str, np.ndarray], batch_size: int = 256) -> np.ndarray:
-        """P(success) for frames given as uint8 arrays [N, H, W, 3] per camera."""
+        """P(success) for frames given as uint8 arrays [N, H, W, 3] per camera (computed on the model's device)."""
         self.eval()
         n = len(next(iter(images.values())))
         out = np.empty(n, np.float32)
         for start in range(0, n, batch_size):
-            chunk = {cam: torch.as_tensor(np.asarray(images[cam][start:start + batch_size])) for cam in self.config.cameras}
-            out[start:start + len(chunk[self.config.cameras[0]])] = torch.sigmoid(self(chunk)).numpy()
+            chunk = {cam: torch.as_tensor(np.asarray(images[cam][start:start + batch_size])).to(self.device)
+                     for cam in self.config.cameras}
+            out[start:start + len(chunk[self.config.cameras[0]])] = torch.sigmoid(self(chunk)).cpu().numpy()
         return out
 
 
@@ -157,7 +162,8 @@ def save_classifier(path: str | Path, model: SuccessClassifier, calibration: Cal
     return path / "classifier.safetensors"
 
 
-def load_classifier(path: str | Path) -> tuple[SuccessClassifier, Calibration]:
+def load_classifier(path: str | Path, device: str = "cpu") -> tuple[SuccessClassifier, Calibration]:
+    """A saved classifier on ``device`` (a resolved name), whatever device it was trained on."""
     path = Path(path)
     file = path / "classifier.safetensors" if path.is_dir() else path
     if not file.is_file():
@@ -167,7 +173,7 @@ def load_classifier(path: str | Path) -> tuple[SuccessClassifier, Calibration]:
 
         with safe_open(str(file), "pt") as f:
             meta = f.metadata() or {}
-        tensors = load_file(str(file))
+        tensors = load_file(str(file), device="cpu")
         config = ClassifierConfig(**{k: tuple(v) if isinstance(v, list) else v
                                      for k, v in json.loads(meta["config"]).items()})
         config.pretrained_path = None  # the weights are in the file
@@ -176,5 +182,6 @@ def load_classifier(path: str | Path) -> tuple[SuccessClassifier, Calibration]:
         raise ClassifierError(f"{file} is not a robot_rl success classifier: {e}") from e
     model = SuccessClassifier(config)
     model.load_state_dict(tensors)
+    model.to(device)
     model.eval()
     return model, calibration

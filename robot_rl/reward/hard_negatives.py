@@ -20,6 +20,7 @@ from robot_rl.data.store import EpisodeStore
 from robot_rl.data.output import written_whole
 from robot_rl.data.tools import new_output, create_like
 from robot_rl.reward.classifier import ClassifierError, load_classifier
+from robot_rl.runtime.device import resolve_device
 from robot_rl.reward.training import check_store_fits, train_classifier, training_settings
 
 
@@ -36,12 +37,14 @@ def cut_episode(episode: dict[str, np.ndarray], last: int) -> dict[str, np.ndarr
     return out
 
 
-def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out: str | Path) -> dict:
+def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out: str | Path,
+                        device: str = "auto") -> dict:
     """Episodes of ``rollouts`` in which the classifier fires on a frame labelled failure, each
-    cut after its last such frame, into a new store at ``out``; returns a summary."""
+    cut after its last such frame, into a new store at ``out``; returns a summary. The frames
+    are scored on ``device`` (auto, cpu, cuda, cuda:N, mps)."""
     if not rollouts:
         raise ClassifierError("hard-negative mining needs at least one rollout store (--rollouts)")
-    model, calibration = load_classifier(classifier)
+    model, calibration = load_classifier(classifier, resolve_device(device))
     cameras = list(model.config.cameras)
     target = None
     out = new_output(out)
@@ -73,7 +76,8 @@ def mine_hard_negatives(classifier: str | Path, rollouts: list[str | Path], out:
 
 
 def retrain_with(classifier: str | Path, hard_negatives: str | Path, out: str | Path, **overrides) -> dict:
-    """Retrain on the classifier's own training data plus the mined store (same settings)."""
+    """Retrain on the classifier's own training data plus the mined store (same settings;
+    ``overrides`` change them, e.g. ``device``)."""
     settings = training_settings(classifier)
     settings.update(overrides)
     data = list(settings.pop("data")) + [str(hard_negatives)]

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from robot_rl.data.store import EpisodeStore
+from robot_rl.runtime.device import out_of_memory_says, resolve_device
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
                                         binary_metrics, load_classifier, save_classifier, threshold_for_fpr)
 
@@ -91,10 +92,13 @@ def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: flo
 def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[str, ...] | None = None,
                      steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
                      min_threshold: float = 0.5, consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
-                     pretrained_path: str | None = None, freeze_backbone: bool = False, log=print) -> dict:
-    """Train, calibrate on held-out episodes, save model + threshold + report to ``out``."""
+                     pretrained_path: str | None = None, freeze_backbone: bool = False, log=print,
+                     device: str = "auto") -> dict:
+    """Train on ``device`` (auto, cpu, cuda, cuda:N, mps), calibrate on held-out episodes, save
+    model + threshold + report to ``out``."""
     if not 0 <= min_threshold < 1:
         raise ValueError(f"min_threshold must be in [0, 1), got {min_threshold}")
+    device = resolve_device(device)
     torch.manual_seed(seed)
     frames = load_frames(paths, cameras)
     labels, images = frames["labels"], frames["images"]
@@ -103,7 +107,7 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
         raise ClassifierError("the held-out episodes need both success and failure frames: record more episodes")
     config = ClassifierConfig(cameras=frames["cameras"], image_size=frames["image_size"], encoder=encoder,
                               pretrained_path=pretrained_path, freeze_backbone=freeze_backbone)
-    model = SuccessClassifier(config)
+    model = SuccessClassifier(config).to(device)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = np.random.default_rng(seed)
     pos = np.flatnonzero(train_mask & labels)
@@ -115,18 +119,22 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     t0 = time.time()
     model.train()
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    for step in range(1, steps + 1):
-        half = batch_size // 2  # class-balanced batches
-        idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, batch_size - half)])
-        batch = model.augment({c: torch.as_tensor(images[c][idx]) for c in config.cameras})
-        target = torch.as_tensor(labels[idx], dtype=torch.float32)
-        loss = loss_fn(model(batch), target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if step % max(1, steps // 5) == 0:
-            log(f"step {step}/{steps}: loss {loss.item():.4f}")
-    val_scores = model.probability({c: images[c][val_mask] for c in config.cameras})
+    with out_of_memory_says(f"classifier training on {device}",
+                            f"batch size {batch_size}, {len(config.cameras)} cameras at "
+                            f"{config.image_size[0]}x{config.image_size[1]}",
+                            "--batch-size, --cameras, or a store recorded with a smaller --image-size"):
+        for step in range(1, steps + 1):
+            half = batch_size // 2  # class-balanced batches
+            idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, batch_size - half)])
+            batch = model.augment({c: torch.as_tensor(images[c][idx]).to(device) for c in config.cameras})
+            target = torch.as_tensor(labels[idx], dtype=torch.float32).to(device)
+            loss = loss_fn(model(batch), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step % max(1, steps // 5) == 0:
+                log(f"step {step}/{steps}: loss {loss.item():.4f}")
+        val_scores = model.probability({c: images[c][val_mask] for c in config.cameras})
     val_labels = labels[val_mask]
     # The threshold meets the target on the held-out episodes; it never goes below the
     # classifier's own decision boundary (0.5 under class-balanced training): held-out negatives
@@ -144,7 +152,8 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
                 "freeze_backbone": freeze_backbone}
     save_classifier(out, model, calibration, {"training": settings})
     report = {"validation": at_threshold, "validation_at_0.5": at_half, "threshold_for_target_fpr": for_target,
-              "train_frames": int(train_mask.sum()), "val_frames": int(val_mask.sum()), "config": asdict(config), "wall_s": round(time.time() - t0, 1)}
+              "train_frames": int(train_mask.sum()), "val_frames": int(val_mask.sum()), "config": asdict(config),
+              "device": device, "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=list))
     confusion_plot(out / "confusion.png", at_threshold, val_scores, val_labels)
     log(f"held-out: threshold {threshold:.4f} (target FPR {target_fpr:.2%}): precision {at_threshold['precision']:.3f} "
@@ -191,11 +200,12 @@ def episode_detections(scores: np.ndarray, episodes: np.ndarray, threshold: floa
     return out
 
 
-def evaluate_classifier(classifier: str | Path, paths: list[str | Path]) -> dict:
+def evaluate_classifier(classifier: str | Path, paths: list[str | Path], device: str = "auto") -> dict:
     """A saved classifier at its calibrated threshold on the frames of other stores: frame
     metrics (precision, recall, FPR, ROC-AUC) and episode metrics (an episode is detected as a
-    success when the reward wrapper would fire: ``consecutive`` frames in a row)."""
-    model, calibration = load_classifier(classifier)
+    success when the reward wrapper would fire: ``consecutive`` frames in a row). The frames are
+    scored on ``device`` (auto, cpu, cuda, cuda:N, mps)."""
+    model, calibration = load_classifier(classifier, resolve_device(device))
     for path in paths:
         check_store_fits(EpisodeStore.open(path), model.config)
     frames = load_frames(paths, model.config.cameras, require_both=False)

@@ -71,7 +71,7 @@ def read_agent_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]
     if not Path(path).is_file():
         raise CheckpointError(f"no agent weights at {path}")
     try:
-        tensors = load_file(str(path))
+        tensors = load_file(str(path), device="cpu")  # whatever device wrote them; load_agent moves them
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as err:
@@ -132,8 +132,15 @@ def check_compatible(agent_config: SACConfig, env, ckpt: Path) -> None:
                               "use it with the task, --obs mode, cameras and image size it was trained with")
 
 
+# optimizer options that follow the device, not the checkpoint (fused Adam on CUDA, plain on a CPU)
+DEVICE_OPTIONS = ("fused", "foreach", "capturable")
+
+
 def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") -> SACAgent:
-    """Rebuild an agent from ``agent.safetensors`` (config from its metadata)."""
+    """Rebuild an agent from ``agent.safetensors`` (config from its metadata) on ``device`` (a
+    resolved name: ``runtime.device.resolve_device``), whatever device it was saved from: the
+    tensors are read onto the CPU, then copied onto the agent's device; the optimizers keep
+    their own device options (``DEVICE_OPTIONS``)."""
     tensors, meta = read_agent_file(path)
     config = _agent_config(meta, path, device)
     try:
@@ -147,6 +154,8 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") ->
                 if opt is None:
                     continue
                 groups = json.loads(meta[f"{name}.param_groups"])
+                for group, own in zip(groups, opt.param_groups):
+                    group.update({k: own[k] for k in DEVICE_OPTIONS if k in own})
                 state: dict = {}
                 prefix = f"{name}."
                 for key, value in tensors.items():

@@ -5,6 +5,7 @@ one clear error saying what was found."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 from robot_rl.errors import UserFacingError
 
@@ -55,3 +56,21 @@ def resolve_device(spec: str | None = "auto") -> str:
             raise DeviceError(f"--device mps: Apple's MPS is not available; this machine has: {found_devices()}")
         return "mps"
     raise DeviceError(f"--device {spec!r}: not a device; use {DEVICE_CHOICES}")
+
+
+class OutOfDeviceMemory(UserFacingError):
+    """The device ran out of memory; the message names the sizes that fill it and the flags that shrink them."""
+
+
+@contextmanager
+def out_of_memory_says(what: str, sizes: str, flags: str):
+    """Turn ``torch.cuda.OutOfMemoryError`` raised inside into one ``OutOfDeviceMemory`` line:
+    ``what`` ran out of memory, with ``sizes`` (e.g. "batch size 256, replay capacity 200000")
+    and the ``flags`` that shrink them."""
+    import torch
+
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as err:
+        raise OutOfDeviceMemory(f"{what} ran out of GPU memory ({sizes}); shrink them with {flags}, "
+                                "or use --device cpu") from err

@@ -39,6 +39,7 @@ from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
 from robot_rl.replay import MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
 from robot_rl.runtime.checkpoint import load_agent, load_replay, write_checkpoint
+from robot_rl.runtime.device import out_of_memory_says
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
 LATEST_ONLY = ("weights", "status")
@@ -117,9 +118,22 @@ class Learner:
         elif msg.kind == "stop":
             self.stopped = True
 
+    def out_of_memory(self):
+        """Out of GPU memory in an update: one line naming the sizes that fill it and the flags that shrink them."""
+        c, a = self.config, self.agent.config
+        images = f", images {a.image_size[0]}x{a.image_size[1]} from {len(a.cameras)} cameras" if a.cameras else ""
+        return out_of_memory_says(
+            f"the learner on {a.device} (update {self.agent.num_updates})",
+            f"batch size {c.batch_size}, replay capacity {c.replay_capacity}, demo capacity {c.demo_capacity}{images}",
+            "--batch-size, --replay-capacity, --demo-capacity, --image-size")
+
     def begin(self) -> None:
         """Demos are in: fit the state normaliser, clone the demos, warm up the critics.
         A resumed learner skips this and just publishes its weights."""
+        with self.out_of_memory():
+            self._begin()
+
+    def _begin(self) -> None:
         c = self.config
         if not self.started and len(self.replay.demo):
             self.normalizer_fitted = True
@@ -156,6 +170,10 @@ class Learner:
         return int(c.utd * self.online_received) - self.online_updates
 
     def update_once(self) -> None:
+        with self.out_of_memory():
+            self._update_once()
+
+    def _update_once(self) -> None:
         if not self.normalizer_fitted:  # no demos: fit on the first online data, once
             self.agent.fit_normalizer(self.replay.online.sample(min(5000, len(self.replay.online)))["obs"]["state"])
             self.normalizer_fitted = True
@@ -211,7 +229,7 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
     """A learner with a new agent and empty buffers (``obs_spec``: ``{key: (shape, dtype)}``), or
     the agent and replay of the checkpoint ``resume_from``."""
     if resume_from:
-        agent = load_agent(Path(resume_from) / "agent.safetensors")
+        agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device)
         replay = load_replay(Path(resume_from))
         replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
