@@ -280,7 +280,7 @@ def test_the_learner_node_writes_its_config_and_resumes_from_its_checkpoint(ros_
 
     context, nodes = ros_context
     params = [Parameter("run_dir", value=str(tmp_path / "run")), Parameter("batch_size", value=16),
-              Parameter("agent", value=["critic_actor_ratio=3"])]
+              Parameter("agent", value=["critic_actor_ratio=3"]), Parameter("device", value="cpu")]
     first = LearnerNode(context=context, parameter_overrides=params)
     nodes.append(first)
     written = json.loads((tmp_path / "run" / "learner_config.json").read_text())
@@ -295,6 +295,7 @@ def test_the_learner_node_writes_its_config_and_resumes_from_its_checkpoint(ros_
     learner = second.learner
     assert learner.started and learner.normalizer_fitted and learner.agent.num_updates == 7
     assert learner.agent.config.critic_actor_ratio == 3
+    assert learner.agent.config.device == "cpu" and {p.device.type for p in learner.agent.parameters()} == {"cpu"}
 
 
 def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fields(ros_context, tmp_path):
@@ -312,6 +313,7 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
     assert written["agent"] == {"hidden": [32, 32]} and written["residual"] is False
     assert node.policy.config.hidden == (32, 32)
     assert node.policy.config.residual_scale == 0.0  # with demos, residual unless residual:=false
+    assert written["device"] == "cpu" and node.policy.config.device == "cpu"  # acts on the robot PC's CPU
 
 
 def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path):
