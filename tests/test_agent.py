@@ -143,7 +143,7 @@ def test_redq_target_is_the_min_over_a_random_subset_of_the_target_ensemble(monk
         b = agent._batch(_batch(16, seed=seed))
         with torch.no_grad():
             q = agent.critic(agent.encoder(b["obs"]), b["action"][:, : agent.config.motion_dim])
-        loss = agent.update_critic(b)["critic_loss"]
+        loss = agent.update_critic(b)["critic_loss"].item()
         ((features, action, members),) = calls[-1:]
         subset = sorted(members.tolist())
         assert len(subset) == 2 and len(set(subset)) == 2 and all(0 <= i < 10 for i in subset)
@@ -230,7 +230,7 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
     m1 = agent.update(_batch(16, seed=5))
     torch.manual_seed(1)
     m2 = loaded.update(_batch(16, seed=5))
-    assert m1["critic_loss"] == pytest.approx(m2["critic_loss"], rel=1e-5)
+    assert m1["critic_loss"].item() == pytest.approx(m2["critic_loss"].item(), rel=1e-5)
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="corrupt"):
         load_agent(path)
