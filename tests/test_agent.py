@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
-from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index
+from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index, metrics_to_floats
 from robot_rl.runtime.checkpoint import CheckpointError, check_compatible, load_agent, read_agent_config, save_agent
 from robot_rl.runtime.transport import pack, unpack
 
@@ -143,7 +143,7 @@ def test_redq_target_is_the_min_over_a_random_subset_of_the_target_ensemble(monk
         b = agent._batch(_batch(16, seed=seed))
         with torch.no_grad():
             q = agent.critic(agent.encoder(b["obs"]), b["action"][:, : agent.config.motion_dim])
-        loss = agent.update_critic(b)["critic_loss"]
+        loss = agent.update_critic(b)["critic_loss"].item()
         ((features, action, members),) = calls[-1:]
         subset = sorted(members.tolist())
         assert len(subset) == 2 and len(set(subset)) == 2 and all(0 <= i < 10 for i in subset)
@@ -230,7 +230,7 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
     m1 = agent.update(_batch(16, seed=5))
     torch.manual_seed(1)
     m2 = loaded.update(_batch(16, seed=5))
-    assert m1["critic_loss"] == pytest.approx(m2["critic_loss"], rel=1e-5)
+    assert m1["critic_loss"].item() == pytest.approx(m2["critic_loss"].item(), rel=1e-5)
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="corrupt"):
         load_agent(path)
@@ -300,3 +300,66 @@ def test_pixel_agent_updates_and_acts():
     assert any(not torch.equal(a, b) for a, b in zip(before, conv.parameters())), "the critic trains the encoder"
     action = agent.act({k: v[0] for k, v in batch["obs"].items()})
     assert action.shape == (7,) and np.all(np.abs(action) <= 1)
+
+
+def _pixel_replay(seed: int):
+    """A small pixel MixedReplay (one 32x32 camera); the same seed gives the same contents."""
+    from robot_rl.replay import MixedReplay, ReplayBuffer
+
+    spec = {"state": ((5,), np.float32), "front": ((32, 32, 3), np.uint8)}
+    rng = np.random.default_rng(seed)
+    replay = MixedReplay(ReplayBuffer(64, spec, 7, seed=seed), ReplayBuffer(64, spec, 7, seed=seed + 1))
+    obs = lambda: {"state": rng.normal(size=5).astype(np.float32),  # noqa: E731
+                   "front": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)}
+    for add in (replay.add_demo, replay.add):
+        for t in range(20):
+            add(obs(), rng.uniform(-1, 1, 7).astype(np.float32), float(t % 2), obs(), False, t % 5 == 4)
+    return replay, spec
+
+
+def _pixel_agent(**kw):
+    torch.manual_seed(0)
+    return SACAgent(SACConfig(state_dim=5, cameras=("front",), image_size=(32, 32), hidden=(32, 32),
+                              gripper_width_index=0, bc_weight=1.0, **kw))
+
+
+def test_an_update_from_staged_uint8_host_tensors_equals_one_from_numpy_batches():
+    from robot_rl.replay import BatchStaging
+
+    (plain, spec), (staged, _) = _pixel_replay(0), _pixel_replay(0)
+    staging = BatchStaging(spec, 7, 16, "cpu")
+    a, b = _pixel_agent(), _pixel_agent()
+    for step in range(3):
+        batch, host = plain.sample(16, n_step=2), staged.sample(16, n_step=2, staging=staging)
+        assert host["obs"]["front"].dtype == torch.uint8  # images cross to the device as uint8
+        torch.manual_seed(step)
+        ma = a.update(batch)
+        torch.manual_seed(step)
+        mb = b.update(host)
+        assert all(torch.is_tensor(v) for v in ma.values())  # read later, not synchronised per update
+        assert metrics_to_floats(ma) == metrics_to_floats(mb)
+    for (k, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0, msg=k)
+
+
+def test_bf16_autocast_updates_are_finite_and_close_to_float32():
+    replay, _ = _pixel_replay(1)
+    full, half = _pixel_agent(), _pixel_agent(autocast_bf16=True)
+    for step in range(3):
+        batch = replay.sample(32)
+        torch.manual_seed(step)
+        m32 = metrics_to_floats(full.update(batch))
+        torch.manual_seed(step)
+        m16 = metrics_to_floats(half.update(batch))
+        for name in ("critic_loss", "grasp_loss", "actor_loss", "bc_loss", "q_mean"):
+            assert np.isfinite(m16[name]), (name, m16)
+            assert m16[name] == pytest.approx(m32[name], rel=0.05, abs=0.02), (step, name, m16[name], m32[name])
+    assert half.critic.net[0].weight.dtype == torch.float32  # weights and optimiser stay float32
+    assert np.isfinite(half.pretrain_actor(replay.demo.sample(8)).item())
+
+
+def test_metrics_to_floats_reads_tensors_and_floats_in_order():
+    metrics = {"a": torch.tensor(1.5), "b": 2.0, "c": torch.tensor(float("nan"))}
+    out = metrics_to_floats(metrics)
+    assert list(out) == ["a", "b", "c"] and out["a"] == 1.5 and out["b"] == 2.0 and np.isnan(out["c"])
+    assert metrics_to_floats({}) == {}

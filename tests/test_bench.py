@@ -57,7 +57,7 @@ def test_bench_json_is_the_last_line(monkeypatch, capsys):
 
 LEARNER_KEYS = (
     "updates_per_s_state_e2", "updates_per_s_state_e10", "naive_updates_per_s_state_e10", "ensemble_speedup_e10",
-    "updates_per_s_pixels_e2", "actor_latency_ms_p50_state", "actor_latency_ms_p99_state",
+    "updates_per_s_pixels_e2", "updates_per_s_pixels128_e2", "actor_latency_ms_p50_state", "actor_latency_ms_p99_state",
     "actor_latency_ms_p50_pixels", "actor_latency_ms_p99_pixels", "replay_bytes_ratio",
     "replay_bytes_per_transition", "raw_obs_bytes", "torch_threads", "batch_size", "naive_e10_gemm_share",
     "ensemble_speedup_ceiling_e10",
@@ -69,8 +69,9 @@ def test_learner_bench_quick_gives_every_figure_consistently(monkeypatch):
             "online_episodes": 10, "demo_episodes": 5, "batches": 1, "profile_calls": 1}
     monkeypatch.setattr(learner_bench, "QUICK", tiny)
     threads = torch.get_num_threads()
-    figures = learner_bench.run(quick=True, log=lambda msg: None)
+    figures = learner_bench.run(quick=True, log=lambda msg: None, device="cpu")
     assert torch.get_num_threads() == threads  # restored after the single-thread measurement
+    assert figures["device"] == "cpu" and figures["gpu_memory_mb"] is None  # GPU memory only on CUDA
     for key in LEARNER_KEYS:
         value = figures[key]
         assert isinstance(value, (int, float)) and value > 0, (key, value)
@@ -89,6 +90,15 @@ def test_learner_bench_quick_gives_every_figure_consistently(monkeypatch):
     assert figures["replay_bytes_ratio"] == pytest.approx(ratio, rel=1e-3)
     assert 21 / 20 <= figures["replay_bytes_ratio"] < 21 / 20 + 0.01
     assert any("LoopCriticEnsemble" in note for note in figures["notes"])
+
+
+def test_learner_bench_refuses_a_device_that_is_not_there(monkeypatch):
+    from robot_rl.runtime.device import DeviceError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match="cuda") as err:
+        learner_bench.run(quick=True, log=lambda msg: None, device="cuda")
+    assert "\n" not in str(err.value)
 
 
 def test_the_naive_baseline_computes_what_the_batched_ensemble_computes():

@@ -2,8 +2,9 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
-from robot_rl.replay import MixedReplay, ReplayBuffer
+from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer
 
 IMG = (8, 8, 3)
 SPEC = {"state": ((2,), np.float32), "front": (IMG, np.uint8)}
@@ -61,6 +62,41 @@ def test_empty_demo_buffer_gives_all_online_and_empty_online_gives_all_demo():
     assert batch["is_demo"].all() and (ep_t(batch["obs"])[0] >= 100).all()
     with pytest.raises(ValueError, match="empty"):
         mixed(0.5, 0, 0).sample(4)
+
+
+# ----------------------------------------------------------------- staging
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+def test_staged_batches_are_the_same_batches_in_reused_uint8_host_tensors(fraction):
+    plain, staged = mixed(fraction), mixed(fraction)  # same contents, same seeds
+    staging = BatchStaging(SPEC, A, 12, "cpu", slots=2)
+    slots = []
+    for _ in range(3):
+        want = plain.sample(12, n_step=3, discount=0.9)
+        got = staged.sample(12, n_step=3, discount=0.9, staging=staging)
+        slots.append(got)
+        assert got["obs"]["front"].dtype == torch.uint8 and got["next_obs"]["front"].dtype == torch.uint8
+        for key in ("obs", "next_obs"):
+            for k in SPEC:
+                np.testing.assert_array_equal(got[key][k].numpy(), want[key][k], err_msg=f"{key}/{k}")
+        for key in ("action", "reward", "bootstrap", "is_intervention", "is_demo"):
+            np.testing.assert_array_equal(got[key].numpy(), want[key], err_msg=key)
+        assert image_matches_state({k: v.numpy() for k, v in got["obs"].items()})
+        # the frames are the stored ones, byte for byte
+        ep, t = ep_t({"state": got["next_obs"]["state"].numpy()})
+        assert all(np.array_equal(got["next_obs"]["front"][i].numpy(), make_obs(ep[i], t[i])["front"])
+                   for i in range(12))
+    assert slots[0]["obs"]["front"] is slots[2]["obs"]["front"]  # two slots, reused in turn
+    assert slots[0]["obs"]["front"] is not slots[1]["obs"]["front"]
+    assert not slots[0]["obs"]["front"].is_pinned()  # pinned only for a CUDA learner
+
+
+def test_staging_refuses_another_batch_size_and_an_empty_replay():
+    with pytest.raises(ValueError, match="batch_size 8 does not match the staging's 12"):
+        mixed().sample(8, staging=BatchStaging(SPEC, A, 12))
+    with pytest.raises(ValueError, match="empty"):
+        mixed(0.5, 0, 0).sample(4, staging=BatchStaging(SPEC, A, 4))
+    with pytest.raises(ValueError, match="slots must be >= 1"):
+        BatchStaging(SPEC, A, 4, slots=0)
 
 
 def test_interventions_go_to_both_buffers_and_add_demo_only_to_demo():

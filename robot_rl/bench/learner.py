@@ -1,11 +1,12 @@
-"""``robot-rl bench learner``: SAC/RLPD learner throughput and acting latency on CPU.
+"""``robot-rl bench learner``: SAC/RLPD learner throughput and acting latency, on CPU or a GPU.
 
 Figures, all measured in one run:
 
 * full ``SACAgent.update(batch)`` calls per second (critic + grasp head + actor + temperature
   + target update) at batch 256, state observations (PickCube state spec, 30 dims) with 2 and
   10 critics (REDQ, min over 2 targets), and pixels (front + wrist 64x64 uint8, state 20,
-  DrQ encoder, random-shift augmentation inside ``update``) with 2 critics;
+  DrQ encoder, random-shift augmentation inside ``update``) with 2 critics, and the same at
+  128x128 (``updates_per_s_pixels128_e2``);
 * the same 10-critic state update with the batched ``CriticEnsemble`` swapped for the naive
   per-critic ``LoopCriticEnsemble`` (measured interleaved with the batched one) and the speedup;
 * ``agent.act(obs)`` latency for one observation (p50 / p99), state and pixels;
@@ -13,7 +14,11 @@ Figures, all measured in one run:
   raw bytes of one observation (obs and next_obs share slots, so the ratio is ~ (L+1)/L).
 
 Replays are filled with synthesized random transitions of the right spec (the sim is not
-stepped); batches are sampled from a ``MixedReplay`` before timing so only ``update`` is timed.
+stepped); batches are sampled from a ``MixedReplay`` into ``BatchStaging`` host tensors (pinned
+on CUDA, as the learner does) before timing, so only ``update`` is timed, including its
+host-to-device copy. ``device`` (auto | cpu | cuda[:N] | mps) picks where the agents live; on
+CUDA each timed round ends with a device synchronisation and ``gpu_memory_mb`` is the peak
+allocated memory (null elsewhere).
 """
 
 from __future__ import annotations
@@ -26,15 +31,17 @@ import torch
 from torch import nn
 
 from robot_rl.agents.networks import mlp
-from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig
+from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig, make_adam
 from robot_rl.envs import make_env, obs_spec
-from robot_rl.replay.buffer import MixedReplay, ReplayBuffer
+from robot_rl.replay.buffer import BatchStaging, MixedReplay, ReplayBuffer
+from robot_rl.runtime.device import resolve_device
 
 BATCH_SIZE = 256
 EPISODE_LEN = 20  # realistic PickCube expert episode length (~19 steps)
 ACTION_DIM = 7
 PIXEL_CAMERAS = ("front", "wrist")
 PIXEL_IMAGE_SIZE = (64, 64)
+PIXEL_IMAGE_SIZE_LARGE = (128, 128)
 PIXEL_STATE_DIM = 20
 
 # Per-mode settings; module-level so tests can shrink them.
@@ -84,6 +91,19 @@ def make_replay(spec: dict, settings: dict, seed: int) -> MixedReplay:
     return replay
 
 
+def sample_batches(replay: MixedReplay, count: int, device: str) -> list[dict]:
+    """``count`` batches, each in its own ``BatchStaging`` slot (pinned host tensors on CUDA)."""
+    online = replay.online
+    staging = BatchStaging(online.obs_spec, online.action_dim, BATCH_SIZE, device, slots=count)
+    return [replay.sample(BATCH_SIZE, staging=staging) for _ in range(count)]
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (updates are asynchronous on CUDA); a no-op elsewhere."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def make_agent(config: SACConfig, replay: MixedReplay, seed: int) -> SACAgent:
     torch.manual_seed(seed)
     agent = SACAgent(config)
@@ -114,7 +134,7 @@ def use_loop_critic(agent: SACAgent) -> SACAgent:
     agent.critic = LoopCriticEnsemble(c.num_critics, agent.encoder.out_dim, c.motion_dim, c.hidden).to(c.device)
     agent.target_critic = copy.deepcopy(agent.critic).requires_grad_(False)
     critic_params = list(agent.critic.parameters()) + [p for p in agent.encoder.parameters() if p.requires_grad]
-    agent.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
+    agent.critic_opt = make_adam(critic_params, c.critic_lr, agent.device)
     return agent
 
 
@@ -127,6 +147,7 @@ class UpdateTimer:
         self.calls, self.seconds, self._i = 0, 0.0, 0
         for _ in range(warmup):
             self._step()
+        synchronize(agent.config.device)
 
     def _step(self) -> None:
         self.agent.update(self.batches[self._i % len(self.batches)])
@@ -140,6 +161,8 @@ class UpdateTimer:
             elapsed = time.perf_counter() - t0
             if elapsed >= budget_s and calls >= min_calls:
                 break
+        synchronize(self.agent.config.device)  # the round's updates have run, not just been queued
+        elapsed = time.perf_counter() - t0
         self.calls += calls
         self.seconds += elapsed
 
@@ -194,34 +217,40 @@ def state_spec() -> dict:
     return spec
 
 
-def pixel_spec() -> dict:
+def pixel_spec(image_size: tuple[int, int] = PIXEL_IMAGE_SIZE) -> dict:
     spec = {"state": ((PIXEL_STATE_DIM,), np.dtype(np.float32))}
-    spec.update({cam: ((*PIXEL_IMAGE_SIZE, 3), np.dtype(np.uint8)) for cam in PIXEL_CAMERAS})
+    spec.update({cam: ((*image_size, 3), np.dtype(np.uint8)) for cam in PIXEL_CAMERAS})
     return spec
 
 
 # ------------------------------------------------------------------------------- run
-def run(quick: bool = False, log=print) -> dict:
+def run(quick: bool = False, log=print, device: str = "auto") -> dict:
     s = QUICK if quick else FULL
+    device = resolve_device(device)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(s, log)
+        if torch.device(device).type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        figures = _run(s, log, device)
+        on_cuda = torch.device(device).type == "cuda"
+        figures["gpu_memory_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if on_cuda else None
+        return figures
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run(s: dict, log) -> dict:
-    figures: dict = {"batch_size": BATCH_SIZE, "torch_threads": torch.get_num_threads()}
+def _run(s: dict, log, device: str) -> dict:
+    figures: dict = {"device": device, "batch_size": BATCH_SIZE, "torch_threads": torch.get_num_threads()}
     budget, rounds, warmup, min_calls = s["budget_s"], s["rounds"], s["warmup"], s["min_calls"]
 
     # --- state: 2 critics, 10 critics batched vs naive loop (interleaved)
     spec = state_spec()
     state_dim = spec["state"][0][0]
     replay = make_replay(spec, s, seed=0)
-    batches = [replay.sample(BATCH_SIZE) for _ in range(s["batches"])]
+    batches = sample_batches(replay, s["batches"], device)
     log(f"state replay: {len(replay.online)} online + {len(replay.demo)} demo transitions, state_dim {state_dim}")
-    cfg = lambda n: SACConfig(state_dim=state_dim, num_critics=n, num_target_critics=2)  # noqa: E731
+    cfg = lambda n: SACConfig(state_dim=state_dim, num_critics=n, num_target_critics=2, device=device)  # noqa: E731
     agent_e2 = make_agent(cfg(2), replay, seed=0)
     (rate,) = measure_updates([UpdateTimer(agent_e2, batches, warmup)], budget, rounds, min_calls)
     figures["updates_per_s_state_e2"] = round(rate, 2)
@@ -244,12 +273,22 @@ def _run(s: dict, log) -> dict:
     log(f"state act latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
     del agent_e10, naive_e10, timers, batches, replay
 
-    # --- pixels: 2 critics
+    # --- pixels: 2 critics, 2 cameras at 128x128, then at 64x64
+    large = make_replay(pixel_spec(PIXEL_IMAGE_SIZE_LARGE), s, seed=4)
+    config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE_LARGE, state_dim=PIXEL_STATE_DIM,
+                       device=device)
+    timer = UpdateTimer(make_agent(config, large, seed=0), sample_batches(large, s["batches"], device),
+                        max(1, warmup // 2))
+    (rate,) = measure_updates([timer], budget, rounds, min_calls)
+    figures["updates_per_s_pixels128_e2"] = round(rate, 3)
+    log(f"pixels 128x128 e2: {rate:.2f} updates/s")
+    del large, timer
+
     spec = pixel_spec()
     replay = make_replay(spec, s, seed=2)
-    batches = [replay.sample(BATCH_SIZE) for _ in range(s["batches"])]
+    batches = sample_batches(replay, s["batches"], device)
     log(f"pixel replay: {len(replay.online)} online + {len(replay.demo)} demo transitions")
-    config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE, state_dim=PIXEL_STATE_DIM)
+    config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE, state_dim=PIXEL_STATE_DIM, device=device)
     agent_px = make_agent(config, replay, seed=0)
     (rate,) = measure_updates([UpdateTimer(agent_px, batches, max(1, warmup // 2))], budget, rounds, min_calls)
     figures["updates_per_s_pixels_e2"] = round(rate, 3)
@@ -268,9 +307,14 @@ def _run(s: dict, log) -> dict:
     log(f"pixel replay: {per_transition:.0f} bytes/transition vs {raw} raw obs bytes ({per_transition / raw:.3f}x)")
 
     figures["notes"] = [
-        "torch.set_num_threads(1) for comparability across machines and runs (restored afterwards); CPU, float32",
-        f"updates/s time only SACAgent.update on pre-sampled batch-{BATCH_SIZE} MixedReplay batches (50% demo) "
-        "cycled; replay sampling is not timed; replays hold synthesized random transitions of the right spec",
+        f"device {device}; torch.set_num_threads(1) for comparability across machines and runs (restored "
+        "afterwards); float32; Adam fused on CUDA; gpu_memory_mb: torch.cuda.max_memory_allocated over the run "
+        "(null when not on CUDA)",
+        f"updates/s time only SACAgent.update (host-to-device copy included; on CUDA a synchronisation ends each "
+        f"round) on pre-sampled batch-{BATCH_SIZE} MixedReplay batches (50% demo) in BatchStaging host tensors "
+        "(pinned on CUDA), cycled; replay sampling is not timed; replays hold synthesized random transitions "
+        "of the right spec; pixels: 2 cameras at 64x64 (updates_per_s_pixels_e2) and 128x128 "
+        "(updates_per_s_pixels128_e2), uint8 until on the device",
         f"each update figure: {budget:g} s wall budget after {warmup} warm-up updates; the e10 batched and naive "
         f"loop agents are measured interleaved in {rounds} rounds each",
         "naive = the same agent with critic and target critic replaced by LoopCriticEnsemble (same sizes, fresh "

@@ -6,6 +6,10 @@ so a continuing episode reuses the previous next-observation instead of storing 
 an episode of L steps uses L + 1 slots. ``valid[i]`` says whether slot ``i`` currently starts
 a complete transition; overwriting a slot invalidates every transition that referenced it.
 
+``MixedReplay.sample(..., staging=BatchStaging(...))`` gathers a batch straight into reusable
+host tensors (pinned when the learner's device is CUDA, so the copy to the device is
+asynchronous); images stay uint8 all the way to the device.
+
 Files are plain ``.npz`` archives (no pickle); metadata, including the sampling RNG state,
 is a JSON string stored in a 0-d unicode array.
 """
@@ -16,6 +20,7 @@ import json
 import os
 
 import numpy as np
+import torch
 
 _FORMAT_VERSION = 1
 _SCALARS = ("reward", "terminated", "truncated", "is_intervention", "valid")
@@ -144,8 +149,10 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return int(np.count_nonzero(self._valid))
 
-    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97) -> dict:
-        """Uniformly sample ``batch_size`` transitions with n-step returns (stopping at episode ends)."""
+    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97, out: dict | None = None) -> dict:
+        """Uniformly sample ``batch_size`` transitions with n-step returns (stopping at episode ends).
+        With ``out`` (arrays shaped like a batch, e.g. ``BatchStaging`` rows) the batch is written
+        into it and ``out`` is returned; otherwise new arrays."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if n_step < 1:
@@ -168,14 +175,24 @@ class ReplayBuffer:
             terminal = np.where(take, self._terminated[cand], terminal)
             alive = take & ~(self._terminated[cand] | self._truncated[cand])
         next_slot = (last + 1) % self.capacity
-        return {
-            "obs": {k: v[idx] for k, v in self._obs.items()},
-            "action": self._action[idx],
-            "reward": reward,
-            "next_obs": {k: v[next_slot] for k, v in self._obs.items()},
-            "bootstrap": np.where(terminal, 0.0, float(discount) ** steps).astype(np.float32),
-            "is_intervention": self._is_intervention[idx],
-        }
+        bootstrap = np.where(terminal, 0.0, float(discount) ** steps).astype(np.float32)
+        if out is None:
+            return {
+                "obs": {k: v[idx] for k, v in self._obs.items()},
+                "action": self._action[idx],
+                "reward": reward,
+                "next_obs": {k: v[next_slot] for k, v in self._obs.items()},
+                "bootstrap": bootstrap,
+                "is_intervention": self._is_intervention[idx],
+            }
+        for k, v in self._obs.items():  # gathered straight into the caller's arrays: no temporaries
+            np.take(v, idx, axis=0, out=out["obs"][k])
+            np.take(v, next_slot, axis=0, out=out["next_obs"][k])
+        np.take(self._action, idx, axis=0, out=out["action"])
+        np.take(self._is_intervention, idx, out=out["is_intervention"])
+        out["reward"][:] = reward
+        out["bootstrap"][:] = bootstrap
+        return out
 
     # -------------------------------------------------------------- accounting
     def _arrays(self) -> dict[str, np.ndarray]:
@@ -239,6 +256,52 @@ class ReplayBuffer:
         return buf
 
 
+class BatchStaging:
+    """Reusable host tensors that ``MixedReplay.sample`` gathers batches into: one allocation
+    instead of fresh arrays per batch, images as uint8, and page-locked (pinned) memory when
+    ``device`` is CUDA so ``tensor.to(device, non_blocking=True)`` overlaps with the GPU's work.
+
+    ``slots`` batches rotate. On CUDA a slot is refilled only after the copies made from it
+    have run (an event recorded when the next batch is sampled, i.e. after the caller moved the
+    previous batch to the device); a batch must therefore be moved to the device before the
+    next ``sample``, which is what the learner does. On CPU the tensors are plain and reused."""
+
+    def __init__(self, obs_spec: dict, action_dim: int, batch_size: int, device: str | torch.device = "cpu",
+                 slots: int = 2):
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.obs_spec, self.batch_size = _normalize_spec(obs_spec), int(batch_size)
+        self.device = torch.device(device)
+        pin = self.device.type == "cuda"
+        empty = lambda shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=pin)  # noqa: E731
+        obs = lambda: {k: empty((batch_size, *shape), torch.from_numpy(np.zeros(0, dtype)).dtype)  # noqa: E731
+                       for k, (shape, dtype) in self.obs_spec.items()}
+        self._tensors = [{
+            "obs": obs(), "next_obs": obs(),
+            "action": empty((batch_size, action_dim), torch.float32),
+            "reward": empty((batch_size,), torch.float32),
+            "bootstrap": empty((batch_size,), torch.float32),
+            "is_intervention": empty((batch_size,), torch.bool),
+            "is_demo": empty((batch_size,), torch.bool),
+        } for _ in range(slots)]
+        self._events = [torch.cuda.Event() if pin else None for _ in range(slots)]
+        self._current = -1
+
+    def next_slot(self) -> dict:
+        """The host tensors of the next slot, free to be overwritten."""
+        if self._current >= 0 and self._events[self._current] is not None:
+            self._events[self._current].record()  # after the copies of the batch handed out last
+        self._current = (self._current + 1) % len(self._tensors)
+        if self._events[self._current] is not None:
+            self._events[self._current].synchronize()  # its own copies, one or more batches ago, are done
+        return self._tensors[self._current]
+
+
+def _rows(tensors: dict, start: int, stop: int) -> dict:
+    """Numpy views of rows [start, stop) of a batch of host tensors (writing them writes the tensors)."""
+    return {k: _rows(v, start, stop) if isinstance(v, dict) else v[start:stop].numpy() for k, v in tensors.items()}
+
+
 class MixedReplay:
     """RLPD symmetric sampling: each batch is demo_fraction from the demo buffer and the rest from the online buffer."""
 
@@ -265,16 +328,27 @@ class MixedReplay:
     def add_demo(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         self.demo.add(obs, action, reward, next_obs, terminated, truncated, False)
 
-    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97) -> dict:
-        """Demo rows first (``round(batch_size * demo_fraction)``), falling back to whichever buffer is non-empty."""
+    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97,
+               staging: BatchStaging | None = None) -> dict:
+        """Demo rows first (``round(batch_size * demo_fraction)``), falling back to whichever buffer is non-empty.
+        With ``staging`` the batch is gathered into its next slot and comes as host tensors."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if staging is not None and staging.batch_size != batch_size:
+            raise ValueError(f"batch_size {batch_size} does not match the staging's {staging.batch_size}")
         if len(self.demo) == 0:
             n_demo = 0
         elif len(self.online) == 0:
             n_demo = batch_size
         else:
             n_demo = round(batch_size * self.demo_fraction)
+        if staging is not None:
+            tensors = staging.next_slot()
+            for buf, start, stop in ((self.demo, 0, n_demo), (self.online, n_demo, batch_size)):
+                if stop > start:
+                    buf.sample(stop - start, n_step, discount, out=_rows(tensors, start, stop))
+            tensors["is_demo"].copy_(torch.arange(batch_size) < n_demo)
+            return tensors
         parts = [(buf.sample(n, n_step, discount), n) for buf, n in
                  ((self.demo, n_demo), (self.online, batch_size - n_demo)) if n > 0]
         batch = {

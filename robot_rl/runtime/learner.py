@@ -12,6 +12,11 @@ It talks to actors only through an ``Endpoint`` (see ``transport.py``):
                        "checkpoint_saved"    meta {path}
                        "error"               meta {message}: the learner stopped
 
+Losses stay on the device: the agent's updates return 0-d tensors, the learner keeps them and
+reads them all at once (one device synchronisation) before it sends a status, weights or a
+checkpoint, and at the latest every ``METRICS_EVERY`` updates; a non-finite loss among them stops
+training before anything built on it leaves the learner.
+
 Updates are paced by the update-to-data ratio: at most ``utd`` updates per online transition
 received; the actor is updated on every ``critic_actor_ratio``-th of them (the agent's setting).
 The learner takes a typed config (any ``LearningConfig``: the trainer's ``TrainConfig``, the
@@ -34,15 +39,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
-from robot_rl.replay import MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
+from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
 from robot_rl.runtime.checkpoint import load_agent, load_replay, write_checkpoint
 from robot_rl.runtime.device import out_of_memory_says
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
 LATEST_ONLY = ("weights", "status")
+METRICS_EVERY = 100  # read the device-held losses at least this often (updates)
 
 
 def split_transition(arrays: dict[str, np.ndarray]) -> tuple:
@@ -76,6 +82,8 @@ class Learner:
         self.online_updates = 0 if not self.started else int(config.utd * self.online_received)
         self.weights_version = 0
         self.metrics: dict[str, float] = {}
+        self._unread: list[tuple[int, dict]] = []  # (update number, metrics still on the device)
+        self._staging: BatchStaging | None = None  # reusable (pinned on CUDA) host batch
         self.stopped = False
         self.last_checkpoint: str | None = None
         self.normalizer_fitted = self.started or len(replay.demo) > 0
@@ -110,6 +118,7 @@ class Learner:
         elif msg.kind == "begin":
             self.begin()
         elif msg.kind == "checkpoint":
+            self.read_metrics()  # never checkpoint weights a non-finite loss has touched
             state = {**msg.meta.get("actor_state", {}), "updates": self.agent.num_updates,
                      "online_updates": self.online_updates, "train_config": dataclasses.asdict(self.config)}
             path = write_checkpoint(self.run_dir, msg.meta["name"], self.agent, self.replay, state)
@@ -139,27 +148,44 @@ class Learner:
             self.normalizer_fitted = True
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
             for _ in range(c.pretrain_steps):
-                self._check(self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size)), "bc")
+                self._record({"bc": self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size))})
             for _ in range(c.critic_warmup_steps):
-                self._check_all(self.agent.update(self._sample(), update_actor=False))
+                self._record(self.agent.update(self._sample(), update_actor=False))
         self.started = True
         self.publish_weights()
 
     # ---- updates -----------------------------------------------------------------------
     def _sample(self) -> dict:
-        return self.replay.sample(self.config.batch_size, self.config.n_step, self.agent.config.discount)
+        if self._staging is None:
+            self._staging = BatchStaging(self.replay.online.obs_spec, self.replay.online.action_dim,
+                                         self.config.batch_size, self.agent.device)
+        return self.replay.sample(self.config.batch_size, self.config.n_step, self.agent.config.discount,
+                                  staging=self._staging)
 
-    def _check(self, value: float, name: str) -> None:
-        if not math.isfinite(value):
-            raise NonFiniteLoss(
-                f"non-finite {name} loss at update {self.agent.num_updates}; training stopped. "
-                f"Last good checkpoint: {self.last_checkpoint or 'none yet'}. Lower the learning rates or check rewards/observations."
-            )
+    def _record(self, metrics: dict) -> None:
+        """Keep an update's metrics (device tensors) unread; read them every METRICS_EVERY."""
+        self._unread.append((self.agent.num_updates, metrics))
+        if len(self._unread) >= METRICS_EVERY:
+            self.read_metrics()
 
-    def _check_all(self, metrics: dict[str, float]) -> None:
-        for name, value in metrics.items():
-            self._check(value, name)
-        self.metrics = metrics
+    def read_metrics(self) -> None:
+        """Read every unread metric in one go; stop on the first non-finite one. The latest
+        update's (non-bc) metrics become ``self.metrics``, which the status carries."""
+        unread, self._unread = self._unread, []
+        if not unread:
+            return
+        flat = {(i, name): value for i, (_, metrics) in enumerate(unread) for name, value in metrics.items()}
+        values = metrics_to_floats(flat)
+        for (i, name), value in values.items():
+            if not math.isfinite(value):
+                raise NonFiniteLoss(
+                    f"non-finite {name} loss at update {unread[i][0]}; training stopped. "
+                    f"Last good checkpoint: {self.last_checkpoint or 'none yet'}. Lower the learning rates or check rewards/observations."
+                )
+        for i in reversed(range(len(unread))):
+            if "bc" not in unread[i][1]:
+                self.metrics = {name: values[(i, name)] for name in unread[i][1]}
+                break
 
     def updates_owed(self) -> int:
         c = self.config
@@ -180,22 +206,24 @@ class Learner:
         step = self.online_updates
         actor_turn = (step % self.agent.config.critic_actor_ratio == 0
                       and self.online_received >= self.config.actor_delay)
-        self._check_all(self.agent.update(self._sample(), update_actor=actor_turn))
+        self._record(self.agent.update(self._sample(), update_actor=actor_turn))
         self.online_updates += 1
         owed_bc = int(self.config.intervention_bc_steps * self.human_steps_received) - self.human_bc_steps
         for _ in range(max(0, min(owed_bc, 10))):  # spread over updates: the actor is never kept waiting long
-            self._check(self.agent.pretrain_actor(self.replay.demo.sample(self.config.batch_size)), "bc")
+            self._record({"bc": self.agent.pretrain_actor(self.replay.demo.sample(self.config.batch_size))})
             self.human_bc_steps += 1
         if self.online_updates % self.config.weights_every == 0:
             self.publish_weights()
 
     def publish_weights(self) -> None:
+        self.read_metrics()  # weights a non-finite loss has touched never reach the actor
         self.weights_version += 1
         self.endpoint.send("weights", self.agent.policy_state_dict(),
                            {"version": self.weights_version, "updates": self.agent.num_updates})
         self.send_status()
 
     def send_status(self) -> None:
+        self.read_metrics()
         self.endpoint.send("status", meta={"updates": self.agent.num_updates, "online_updates": self.online_updates,
                                            "online": self.online_received, "metrics": self.metrics})
 
