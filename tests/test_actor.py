@@ -55,13 +55,17 @@ def test_in_process_and_ros_actor_give_the_same_transitions(tmp_path):
     probe = Probe(domain)
     received = probe.subscribe(UInt8MultiArray, topics.EPISODES, topics.qos_data(100))
     try:
-        with node_process("robot_rl.drivers.arm_node", {"seed": ARM_SEED, "lockstep": True},
-                          domain, tmp_path), \
-                node_process("robot_rl.drivers.actor_node", {"policy": "expert", "obs": "state", "cameras": [],
-                                                             "sim": True, "max_episode_steps": STEPS, "episodes": 1,
-                                                             "seed": ACTOR_SEED, "command_latency_ms": 0.0},
-                             domain, tmp_path):
-            probe.spin_until(lambda: received, 180, "the ROS actor's first episode")
+        # the actor first, and the arm only once the probe sees the actor's episode publisher: a
+        # lockstep episode takes a fraction of a second, and a message published before the
+        # probe's subscription matches it is not delivered
+        with node_process("robot_rl.drivers.actor_node", {"policy": "expert", "obs": "state", "cameras": [],
+                                                          "sim": True, "max_episode_steps": STEPS, "episodes": 1,
+                                                          "seed": ACTOR_SEED, "command_latency_ms": 0.0},
+                          domain, tmp_path):
+            probe.spin_until(lambda: probe.node.count_publishers(topics.EPISODES) >= 1, 120,
+                             "the actor's episode publisher")
+            with node_process("robot_rl.drivers.arm_node", {"seed": ARM_SEED, "lockstep": True}, domain, tmp_path):
+                probe.spin_until(lambda: received, 180, "the ROS actor's first episode")
     finally:
         probe.close()
     over_ros = decode(msgs.payload_bytes(received[0][1])).arrays
