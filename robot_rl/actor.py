@@ -144,7 +144,7 @@ class ActorLoop:
 
     def _new_episode(self, seed: int | None = None) -> None:
         self._reset_due = False
-        self.raw, _ = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        self.raw, _ = self.env.reset(seed=seed)
         self._obs = self.observe(self.raw)
         for part in (self.act, self.human):
             reset = getattr(part, "reset", None)

@@ -67,11 +67,13 @@ def save_agent(agent: SACAgent, path: Path, extra_meta: dict | None = None) -> N
     save_file(agent_tensors(agent), str(path), metadata=meta)
 
 
-def read_agent_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_agent_file(path: Path, weights: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors (onto the CPU, whatever device wrote them; load_agent moves them) and the
+    metadata of an ``agent.safetensors``; ``weights=False``: the metadata alone."""
     if not Path(path).is_file():
         raise CheckpointError(f"no agent weights at {path}")
     try:
-        tensors = load_file(str(path), device="cpu")  # whatever device wrote them; load_agent moves them
+        tensors = load_file(str(path), device="cpu") if weights else {}
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as err:
@@ -100,13 +102,7 @@ def read_agent_config(ckpt: Path) -> SACConfig:
     ``agent.safetensors``), from the file's metadata alone: no weights are read."""
     path = Path(ckpt)
     path = path / "agent.safetensors" if path.is_dir() else path
-    if not path.is_file():
-        raise CheckpointError(f"no agent weights at {path}")
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint file {path} is corrupt ({one_line(err)}); use an earlier checkpoint") from err
+    _, meta = read_agent_file(path, weights=False)
     return _agent_config(meta, path)
 
 
