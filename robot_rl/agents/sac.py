@@ -12,7 +12,7 @@
                 learns a bounded correction (residual RL on a BC policy). The critic's early,
                 poorly informed action gradients can then only nudge a working policy
                 instead of erasing it (what textbook RLPD + BC does on PickCube, see
-                CALIBRATION.md). ``residual_penalty`` adds |deterministic action - base|^2 to
+                docs/CALIBRATION.md). ``residual_penalty`` adds |deterministic action - base|^2 to
                 the (normalised) actor loss, so the policy leaves the base only where Q
                 clearly pays for it (PegInsert dropped 1.00 -> 0.05 without it).
     alpha     : automatic temperature, target entropy -|A|/2.

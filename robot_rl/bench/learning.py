@@ -4,7 +4,7 @@ Each figure is one ``robot-rl train`` run (learner in its own process, UTD 2, ev
 every ``eval_every`` env steps over 50 episodes with the deterministic policy). A run that
 never reaches the threshold reports null and its final success rate. The ablation runs the
 same PickCube configuration without the residual-on-BC lever (textbook RLPD after BC
-pre-training and critic warm-up), to show what the lever buys (see CALIBRATION.md).
+pre-training and critic warm-up), to show what the lever buys (see docs/CALIBRATION.md).
 """
 
 from __future__ import annotations
