@@ -35,6 +35,10 @@ from robot_rl.reward.wrapper import OperatorOutcome
 from robot_rl.runtime.learner import transition_arrays
 
 
+def _features(sha: str | None) -> str:
+    return f"features of frozen encoder {sha[:12]}" if sha else "camera images (no frozen encoder)"
+
+
 class LearnerClient:
     """The actor's side of the learner link (any ``Endpoint``): transitions out; weights, status,
     checkpoint notices and errors in. ``on_error(message)`` decides what a learner's error does."""
@@ -48,6 +52,11 @@ class LearnerClient:
     def poll(self, timeout: float = 0.0) -> None:
         for msg in self.endpoint.receive(timeout):
             if msg.kind == "weights" and msg.meta.get("version", 0) != self.weights_version:
+                theirs, ours = msg.meta.get("frozen_encoder"), getattr(self.policy, "frozen_sha", None)
+                if theirs != ours:  # same shapes, other features: the policy would act on noise
+                    self.on_error(f"the learner's policy reads {_features(theirs)}, this actor's {_features(ours)}: "
+                                  "give the actor and the learner the same frozen_encoder")
+                    continue
                 self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
                 self.weights_version = msg.meta.get("version", 0)
             elif msg.kind == "status":

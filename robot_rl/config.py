@@ -79,6 +79,10 @@ class PolicyConfig:
     residual_scale: float = setting(0.5, "with demos and residual: bound of the learned correction to the base")
     residual_penalty: float = setting(0.1, "with demos and residual: holds the policy near the base unless Q "
                                            "clearly says otherwise")
+    frozen_encoder: str | None = setting(None, "with obs pixels: an encoder folder (robot-rl encoder pretrain); its "
+                                               "frozen backbone's features of each frame are computed once and "
+                                               "cached in the replay, and only a small head trains (fast on a CPU)",
+                                         metavar="DIR")
     agent: dict = setting({}, "SAC settings (SACConfig in agents/sac.py), KEY=VALUE, repeatable; e.g. "
                               "critic_actor_ratio=2", of=sac_config, metavar="KEY=VALUE")
 
@@ -185,12 +189,26 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if agent.critic_actor_ratio < 1:
             raise ValueError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")
+        if self.frozen_encoder is not None:
+            check_frozen_encoder(self)
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
         from robot_rl.runtime.device import resolve_device
 
         resolve_device(self.device)  # a device that is not there ends the run before any work
+
+
+def check_frozen_encoder(cfg) -> dict:
+    """The description of ``cfg.frozen_encoder`` (a folder), checked against the config's
+    observation: pixels, from cameras it has backbones for, at the image size it was trained on."""
+    from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
+
+    if cfg.obs != "pixels":
+        raise FrozenEncoderError(f"--frozen-encoder {cfg.frozen_encoder} reads camera frames: it needs --obs pixels")
+    meta = read_encoder_meta(cfg.frozen_encoder)
+    check_encoder_fits(meta, cfg.cameras, cfg.image_size, cfg.frozen_encoder)
+    return meta
 
 
 def agent_settings(agent: dict) -> dict:
@@ -214,6 +232,9 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
                 grasp_critic=env.unwrapped.task.uses_gripper,
                 residual_scale=cfg.residual_scale if residual else 0.0,
                 residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
+    if cfg.frozen_encoder:  # a head over the frozen backbone's cached features
+        base.update(image_encoder="frozen", frozen_encoder=check_frozen_encoder(cfg),
+                    frozen_encoder_path=str(cfg.frozen_encoder))
     return sac_config().from_dict({**base, **agent_settings(cfg.agent)})
 
 

@@ -10,7 +10,9 @@ encoder, so replay buffers can keep storing compact uint8 frames.
 * ``ResNet18Encoder``         a ResNet-18 trunk whose parameter names match
                               torchvision's ``resnet18`` so locally saved
                               weights load (nothing is ever downloaded).
-* ``make_image_encoder``      factory over the two encoders.
+* ``FeatureHead``             the trainable head over a frozen backbone's cached feature
+                              maps (``frozen.py``): spatial embeddings and projection.
+* ``make_image_encoder``      factory over the three.
 * ``MultiCameraEncoder``      one encoder per camera, features concatenated.
 """
 
@@ -31,12 +33,13 @@ __all__ = [
     "ResNet18Trunk",
     "ResNet18Encoder",
     "load_resnet18_weights",
+    "FeatureHead",
     "make_image_encoder",
     "MultiCameraEncoder",
     "ENCODER_KINDS",
 ]
 
-ENCODER_KINDS = ("drq", "resnet18")
+ENCODER_KINDS = ("drq", "resnet18", "frozen")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -362,6 +365,30 @@ class ResNet18Encoder(nn.Module):
 
 
 # --------------------------------------------------------------------------- #
+# Head over cached features of a frozen backbone
+# --------------------------------------------------------------------------- #
+class FeatureHead(nn.Module):
+    """Cached feature maps ``[B, h, w, C]`` (float16 or float32, channels last) ->
+    SpatialLearnedEmbeddings -> Linear/LayerNorm/tanh ``[B, out_dim]``: all that trains when the
+    backbone is frozen (see ``frozen.py``)."""
+
+    def __init__(self, feature_shape: tuple[int, int, int], out_dim: int = 64, num_spatial_features: int = 8):
+        super().__init__()
+        self.feature_shape = tuple(int(n) for n in feature_shape)
+        h, w, c = self.feature_shape
+        self.out_dim = out_dim
+        self.pool = SpatialLearnedEmbeddings(h, w, c, num_spatial_features)
+        self.projection = _projection(self.pool.out_dim, out_dim)
+        self.projection.apply(weight_init)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if features.ndim != 4 or tuple(features.shape[1:]) != self.feature_shape:
+            raise ValueError(f"FeatureHead expects cached features [B, {', '.join(map(str, self.feature_shape))}], "
+                             f"got shape {tuple(features.shape)}")
+        return self.projection(self.pool(features.float().permute(0, 3, 1, 2)))
+
+
+# --------------------------------------------------------------------------- #
 # Factory and multi-camera wrapper
 # --------------------------------------------------------------------------- #
 def make_image_encoder(
@@ -370,8 +397,14 @@ def make_image_encoder(
     out_dim: int = 64,
     pretrained_path: str | Path | None = None,
     freeze: bool = False,
+    feature_shape: tuple[int, int, int] | None = None,
 ) -> nn.Module:
-    """Build an image encoder: ``"drq"`` (DrQConvEncoder) or ``"resnet18"``."""
+    """Build an image encoder: ``"drq"`` (DrQConvEncoder), ``"resnet18"`` or ``"frozen"`` (a
+    ``FeatureHead`` over cached features of shape ``feature_shape``)."""
+    if kind == "frozen":
+        if feature_shape is None:
+            raise ValueError("kind 'frozen' needs the cached features' shape (feature_shape)")
+        return FeatureHead(feature_shape, out_dim=out_dim)
     if kind == "drq":
         if pretrained_path is not None:
             raise ValueError("pretrained_path is only supported for kind 'resnet18', not 'drq'")
@@ -386,7 +419,8 @@ def make_image_encoder(
 class MultiCameraEncoder(nn.Module):
     """One image encoder per camera; their features concatenated.
 
-    ``forward(obs)`` reads ``obs[camera]`` (uint8 ``[B, H, W, 3]``) for every camera and
+    ``forward(obs)`` reads ``obs[camera]`` (uint8 ``[B, H, W, 3]``, or cached features with
+    kind ``"frozen"``) for every camera and
     returns ``[B, out_dim * len(cameras)]`` (cameras in the given order). The robot state is
     the caller's (``ObservationEncoder`` appends it).
     """
@@ -399,6 +433,7 @@ class MultiCameraEncoder(nn.Module):
         out_dim: int = 64,
         pretrained_path: str | Path | None = None,
         freeze: bool = False,
+        feature_shape: tuple[int, int, int] | None = None,
     ):
         super().__init__()
         cameras = list(cameras)
@@ -411,7 +446,7 @@ class MultiCameraEncoder(nn.Module):
                 raise ValueError(f"invalid camera name {cam!r} (must be non-empty, no '.', not 'state')")
         self.cameras = cameras
         self.encoders = nn.ModuleDict(
-            {cam: make_image_encoder(kind, image_size, out_dim, pretrained_path, freeze) for cam in cameras}
+            {cam: make_image_encoder(kind, image_size, out_dim, pretrained_path, freeze, feature_shape) for cam in cameras}
         )
         self.out_dim = out_dim * len(cameras)
 

@@ -153,6 +153,7 @@ class ObservationEncoder(nn.Module):
         state_features: int = 0,
         pretrained_path: str | None = None,
         freeze_backbone: bool = False,
+        feature_shape: tuple[int, int, int] | None = None,
     ):
         super().__init__()
         self.normalizer = StateNormalizer(state_dim)
@@ -166,7 +167,7 @@ class ObservationEncoder(nn.Module):
         self.images = (
             MultiCameraEncoder(
                 list(cameras), image_size, kind=image_encoder, out_dim=image_features,
-                pretrained_path=pretrained_path, freeze=freeze_backbone,
+                pretrained_path=pretrained_path, freeze=freeze_backbone, feature_shape=feature_shape,
             )
             if cameras
             else None

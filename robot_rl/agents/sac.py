@@ -14,11 +14,16 @@
                 instead of erasing it (what textbook RLPD + BC does on PickCube, see
                 docs/CALIBRATION.md). ``residual_penalty`` adds |deterministic action - base|^2 to
                 the (normalised) actor loss, so the policy leaves the base only where Q
-                clearly pays for it (PegInsert dropped 1.00 -> 0.05 without it).
+                clearly pays for it (PegInsert dropped 1.00 -> 0.05 without it). With cameras the
+                base has its own image encoder (``base_encoder``), trained with it by cloning and
+                frozen with it: the critic's encoder moves on, the base's inputs do not.
     alpha     : automatic temperature, target entropy -|A|/2.
     grasp     : a discrete Q-head over {close, stay, open} for the gripper with a double-DQN
                 target and a small penalty for commands that toggle the gripper.
     encoder   : shared; trained by the critic loss only, read detached by actor and grasp head.
+                With a frozen backbone (``image_encoder="frozen"``, ``frozen.py``) the replay holds
+                each frame's cached feature map and the encoder is only the head over it; the
+                agent computes the features itself when it acts on camera images.
     demos     : 50/50 batches come from the replay (``MixedReplay``); ``pretrain`` fits the
                 actor (BC) and warms up the critics on demonstrations before online RL.
 
@@ -46,6 +51,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.agents.encoders import random_shift
+from robot_rl.agents.frozen import FrozenEncoder, FrozenEncoderError, check_encoder_fits, features_of
 from robot_rl.agents.networks import CriticEnsemble, GraspCritic, ObservationEncoder, TanhGaussianActor, mlp
 
 # Gripper command <-> grasp-critic index, and the value written into action[6].
@@ -79,12 +85,15 @@ class SACConfig:
     state_dim: int = 27
     cameras: tuple[str, ...] = ()
     image_size: tuple[int, int] = (64, 64)
-    image_encoder: str = "drq"  # "drq" or "resnet18"
+    image_encoder: str = "drq"  # "drq", "resnet18" or "frozen" (a head over cached features)
     image_features: int = 64
     state_features: int = 0  # 0: normalised state straight into the heads
     pretrained_path: str | None = None
     freeze_backbone: bool = False
     augment_pad: int = 4
+    frozen_encoder: dict | None = None  # with image_encoder "frozen": the encoder's description (its meta, sha)
+    frozen_encoder_path: str | None = None  # ... and the folder its weights load from (None: from a checkpoint)
+    feature_augment_pad: int = 1  # random shift of cached feature maps, in feature cells
     # networks
     action_dim: int = 7
     hidden: tuple[int, ...] = (256, 256)
@@ -138,13 +147,17 @@ class SACAgent(nn.Module):
         self.config = c = config
         if c.num_target_critics > c.num_critics:
             raise ValueError("num_target_critics must be <= num_critics")
+        self.frozen = self._frozen_encoder() if c.image_encoder == "frozen" else None
         self.encoder = ObservationEncoder(
             c.state_dim, c.cameras, c.image_size, c.image_encoder, c.image_features,
             c.state_features, c.pretrained_path, c.freeze_backbone,
+            feature_shape=self.frozen.feature_shape if self.frozen is not None else None,
         )
         feat = self.encoder.out_dim
         self.actor = TanhGaussianActor(feat, c.motion_dim, c.hidden)
         self.base = mlp(feat, c.hidden, c.motion_dim) if c.residual_scale > 0 else None
+        # with cameras the cloned base reads its own encoder, which cloning trains and then freezes
+        self.base_encoder = copy.deepcopy(self.encoder) if self.base is not None and c.cameras else None
         if self.base is not None:  # the residual starts near zero: the base policy acts alone
             with torch.no_grad():
                 self.actor.net[-1].weight[: c.motion_dim].mul_(0.01)
@@ -162,10 +175,50 @@ class SACAgent(nn.Module):
         critic_params = list(self.critic.parameters()) + [p for p in self.encoder.parameters() if p.requires_grad]
         self.critic_opt = adam(critic_params, c.critic_lr)
         self.actor_opt = adam(self.actor.parameters(), c.actor_lr)
-        self.base_opt = adam(self.base.parameters(), c.actor_lr) if self.base is not None else None
+        base_params = [] if self.base is None else list(self.base.parameters()) + (
+            [p for p in self.base_encoder.parameters() if p.requires_grad] if self.base_encoder is not None else [])
+        self.base_opt = adam(base_params, c.actor_lr) if self.base is not None else None
         self.alpha_opt = adam([self.log_alpha], c.temperature_lr)
         self.grasp_opt = adam(self.grasp.parameters(), c.critic_lr) if self.grasp is not None else None
         self.num_updates = 0
+
+    def _frozen_encoder(self) -> FrozenEncoder:
+        """The frozen backbone: loaded from its folder, or built empty for a checkpoint's weights."""
+        c = self.config
+        if not c.frozen_encoder:
+            raise ValueError("image_encoder 'frozen' needs frozen_encoder (an encoder folder's description)")
+        source = c.frozen_encoder_path or "of the checkpoint"
+        check_encoder_fits(c.frozen_encoder, c.cameras, c.image_size, source)
+        if c.frozen_encoder_path is None:
+            return FrozenEncoder(c.frozen_encoder)
+        encoder = FrozenEncoder.load(c.frozen_encoder_path)
+        if encoder.sha != c.frozen_encoder["sha"]:
+            raise FrozenEncoderError(f"frozen encoder {c.frozen_encoder_path} is {encoder.describe()}, not the "
+                                     f"encoder this agent was made for (sha {c.frozen_encoder['sha'][:12]})")
+        return encoder
+
+    @property
+    def frozen_sha(self) -> str | None:
+        """The sha of the frozen backbone whose cached features the agent reads (None: it reads images)."""
+        return self.frozen.sha if self.frozen is not None else None
+
+    def replay_spec(self, obs_spec: dict) -> dict:
+        """The replay's spec for the flat observations ``obs_spec``: each camera's cached float16
+        features instead of its images when the backbone is frozen."""
+        if self.frozen is None:
+            return dict(obs_spec)
+        return {k: ((self.frozen.feature_shape, np.dtype(np.float16)) if k in self.config.cameras else v)
+                for k, v in obs_spec.items()}
+
+    def cache_features(self, obs: dict) -> dict:
+        """One flat observation (no batch axis) with its camera images replaced by the frozen
+        backbone's features (float16 numpy), as the replay stores it. Without a frozen backbone,
+        or when the features are there already, ``obs`` as it is."""
+        cams = self.config.cameras
+        if self.frozen is None or not cams or np.asarray(obs[cams[0]]).dtype != np.uint8:
+            return obs
+        batched = features_of(self.frozen, {cam: np.asarray(obs[cam])[None] for cam in cams}, cams, self.device)
+        return {**obs, **{cam: batched[cam][0] for cam in cams}}
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -179,9 +232,11 @@ class SACAgent(nn.Module):
 
     def _obs(self, obs: dict, augment: bool) -> dict[str, torch.Tensor]:
         out = {"state": self._to_device(obs["state"], torch.float32)}
+        # uint8 images (the encoder scales them) or cached float16 feature maps, shifted on the device
+        pad = self.config.feature_augment_pad if self.frozen is not None else self.config.augment_pad
         for cam in self.config.cameras:
-            img = self._to_device(obs[cam])  # uint8 on the device; the encoder scales it
-            out[cam] = random_shift(img, self.config.augment_pad) if augment and self.config.augment_pad else img
+            x = self._to_device(obs[cam])
+            out[cam] = random_shift(x, pad) if augment and pad else x
         return out
 
     def _batch(self, batch: dict) -> dict:
@@ -206,23 +261,35 @@ class SACAgent(nn.Module):
         s = torch.as_tensor(states, dtype=torch.float32, device=self.config.device)
         self.encoder.normalizer.fit(s)
         self.target_encoder.normalizer.fit(s)
+        if self.base_encoder is not None:
+            self.base_encoder.normalizer.fit(s)
+
+    def base_features(self, obs: dict[str, torch.Tensor], features: torch.Tensor) -> torch.Tensor:
+        """What the cloned base reads: its own encoder's features (with cameras), else ``features``."""
+        if self.base_encoder is None:
+            return features
+        with torch.no_grad():
+            return self.base_encoder(obs)
 
     # ---- acting ------------------------------------------------------------------------
-    def policy(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual."""
+    def policy(self, features: torch.Tensor, base_features: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual
+        (reading ``base_features``, ``base_features()``'s, default ``features``)."""
         action, log_prob, mean = self.actor.sample(features)
         if self.base is None:
             return action, log_prob, mean
-        base = torch.tanh(self.base(features)).detach()
+        base = torch.tanh(self.base(features if base_features is None else base_features)).detach()
         s = self.config.residual_scale
         return (base + s * action).clamp(-1, 1), log_prob, (base + s * mean).clamp(-1, 1)
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> np.ndarray:
         """One observation (flat dict, no batch axis) -> float32[action_dim] in [-1, 1]."""
-        batched = {k: np.asarray(v)[None] for k, v in obs.items()}
-        features = self.encoder(self._obs(batched, augment=False))
-        action, _, mean = self.policy(features)
+        batched = {k: np.asarray(v)[None] for k, v in self.cache_features(obs).items()}
+        obs_t = self._obs(batched, augment=False)
+        features = self.encoder(obs_t)
+        action, _, mean = self.policy(features, self.base_features(obs_t, features))
         motion = mean if deterministic else action
         out = np.zeros(self.config.action_dim, dtype=np.float32)
         out[: self.config.motion_dim] = motion[0].cpu().numpy()
@@ -239,9 +306,7 @@ class SACAgent(nn.Module):
         """One gradient step on critic (+ grasp head), and on actor and temperature. Returns the
         metrics as 0-d tensors on the device (``metrics_to_floats`` reads them)."""
         b = self._batch(batch)
-        with torch.no_grad(), self._autocast():  # encode each view once per update; heads share the features
-            b["next_feat"] = self.encoder(b["next_obs"])
-            b["next_target_feat"] = self.target_encoder(b["next_obs"])
+        self._encode_next(b)  # encode each view once per update; heads share the features
         metrics = self.update_critic(b)
         if self.grasp is not None:
             metrics.update(self.update_grasp_critic(b))
@@ -256,7 +321,7 @@ class SACAgent(nn.Module):
         motion = b["action"][:, : c.motion_dim]
         self._encode_next(b)
         with torch.no_grad(), self._autocast():
-            next_action, next_log_prob, _ = self.policy(b["next_feat"])
+            next_action, next_log_prob, _ = self.policy(b["next_feat"], b["next_base_feat"])
             subset = torch.randperm(c.num_critics)[: c.num_target_critics]  # REDQ: a random subset
             target_q = self.target_critic(b["next_target_feat"], next_action, members=subset).min(0).values.float()
             if c.backup_entropy:
@@ -277,6 +342,7 @@ class SACAgent(nn.Module):
             with torch.no_grad(), self._autocast():
                 b["next_feat"] = self.encoder(b["next_obs"])
                 b["next_target_feat"] = self.target_encoder(b["next_obs"])
+                b["next_base_feat"] = self.base_features(b["next_obs"], b["next_feat"])
 
     def grasp_reward(self, b: dict) -> torch.Tensor:
         """Task reward minus a penalty for commands that toggle the gripper's state."""
@@ -313,7 +379,8 @@ class SACAgent(nn.Module):
         c = self.config
         with self._autocast():
             feat = b["feat"] if "feat" in b else self.encoder(b["obs"]).detach()
-            action, log_prob, mean = self.policy(feat)
+            base_feat = self.base_features(b["obs"], feat)
+            action, log_prob, mean = self.policy(feat, base_feat)
             q = self.critic(feat, action).float().mean(0)
         log_prob, mean = log_prob.float(), mean.float()
         q_scale = q.abs().mean().detach().clamp_min(1e-3)
@@ -334,7 +401,7 @@ class SACAgent(nn.Module):
         if c.residual_penalty > 0 and self.base is not None:
             # keep the deterministic policy near the cloned base unless Q says clearly otherwise
             with self._autocast():
-                base = torch.tanh(self.base(feat)).float().detach()
+                base = torch.tanh(self.base(base_feat)).float().detach()
             deviation = ((mean - base) ** 2).sum(-1).mean()
             loss = (loss if c.bc_weight > 0 else loss / q_scale) + c.residual_penalty * deviation
         self.actor_opt.zero_grad(set_to_none=True)
@@ -365,11 +432,11 @@ class SACAgent(nn.Module):
         c = self.config
         b = self._batch(batch)
         with self._autocast():
-            feat = self.encoder(b["obs"]).detach()
-            if self.base is not None:
+            if self.base is not None:  # the base's own encoder (with cameras) learns with it
+                feat = self.base_encoder(b["obs"]) if self.base_encoder is not None else self.encoder(b["obs"]).detach()
                 mean, opt = torch.tanh(self.base(feat)), self.base_opt
             else:
-                mean, opt = self.actor.sample(feat)[2], self.actor_opt
+                mean, opt = self.actor.sample(self.encoder(b["obs"]).detach())[2], self.actor_opt
         loss = ((mean.float() - b["action"][:, : c.motion_dim]) ** 2).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -379,7 +446,7 @@ class SACAgent(nn.Module):
     # ---- weights -----------------------------------------------------------------------
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """What an actor needs to act: encoder, actor and grasp head."""
-        return {k: v for k, v in self.state_dict().items() if k.split(".")[0] in ("encoder", "actor", "base", "grasp")}
+        return {k: v for k, v in self.state_dict().items() if k.split(".")[0] in ("encoder", "actor", "base", "base_encoder", "grasp")}
 
     def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         missing = set(self.policy_state_dict()) - set(state)

@@ -435,6 +435,45 @@ def add_session(sub) -> None:
     ses.set_defaults(func=_cmd_session)
 
 
+def _cmd_encoder(args) -> int:
+    from robot_rl.agents.pretrain import pretrain_encoder
+
+    if args.steps < 1 or args.probe_steps < 1:
+        raise ValueError("--steps and --probe-steps must be >= 1")
+    if not 0.0 < args.held_out < 1.0:
+        raise ValueError(f"--held-out is a share of the successful episodes in (0, 1), got {args.held_out}")
+    import torch
+
+    torch.manual_seed(args.seed)
+    report = pretrain_encoder(args.data, args.out, cameras=tuple(args.cameras), objectives=tuple(args.objective),
+                              classifier=args.classifier, pretrained=args.pretrained, steps=args.steps,
+                              probe_steps=args.probe_steps, held_out=args.held_out, seed=args.seed)
+    print(json.dumps(report))
+    return 0
+
+
+def add_encoder(sub) -> None:
+    enc = sub.add_parser("encoder", help="a frozen image backbone for fast pixel training").add_subparsers(
+        dest="encoder_command", required=True)
+    pre = enc.add_parser("pretrain", help="train candidate backbones on episode stores (behaviour cloning, a spatial "
+                                          "autoencoder; or take the success classifier's, or your ResNet-18), "
+                                          "measure each frozen, write the best")
+    pre.add_argument("--data", action="append", required=True, metavar="STORE",
+                     help="an episode store recorded with images (repeatable); successful episodes are the measure")
+    pre.add_argument("--out", required=True, metavar="DIR", help="the encoder folder (train --frozen-encoder DIR)")
+    pre.add_argument("--cameras", nargs="+", default=["front", "wrist"], metavar="NAME")
+    pre.add_argument("--objective", nargs="+", default=["bc", "autoencoder"], metavar="NAME",
+                     help="candidates to train: bc, autoencoder (default both)")
+    pre.add_argument("--classifier", metavar="DIR", help="also a candidate: this success classifier's conv trunks")
+    pre.add_argument("--pretrained", metavar="FILE", help="also a candidate: your ResNet-18 weights (torchvision "
+                                                          "names, a local file; nothing is downloaded)")
+    pre.add_argument("--steps", type=int, default=2000, help="training steps of each trained candidate")
+    pre.add_argument("--probe-steps", type=int, default=1000, help="steps of the measuring head on frozen features")
+    pre.add_argument("--held-out", type=float, default=0.2, help="share of successful episodes kept for the measure")
+    pre.add_argument("--seed", type=int, default=0)
+    pre.set_defaults(func=_cmd_encoder)
+
+
 def add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
     bench.add_argument("name")
@@ -449,8 +488,8 @@ def add_bench(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Human-in-the-loop RL for robot arms, with a sim twin.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_sim, add_train, add_record, add_data, add_classifier, add_report, add_eval, add_launch,
-                add_session, add_bench):
+    for add in (add_sim, add_train, add_record, add_data, add_classifier, add_encoder, add_report, add_eval,
+                add_launch, add_session, add_bench):
         add(sub)
     return parser
 

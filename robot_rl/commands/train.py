@@ -47,6 +47,7 @@ class TrainingInterrupted(TrainingError):
 
 # fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
 FIXED_ON_RESUME = ("task", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
+                   "frozen_encoder",
                    "residual", "residual_scale", "residual_penalty", "replay_capacity", "demo_capacity",
                    "demo_fraction")
 

@@ -10,6 +10,10 @@ a complete transition; overwriting a slot invalidates every transition that refe
 host tensors (pinned when the learner's device is CUDA, so the copy to the device is
 asynchronous); images stay uint8 all the way to the device.
 
+With a frozen image backbone the camera keys hold its cached float16 feature maps instead of
+images: ``features`` names that encoder (its sha), ``MixedReplay.encode`` turns incoming frames
+into features, and a saved buffer of one encoder's features never loads for another.
+
 Files are plain ``.npz`` archives (no pickle); metadata, including the sampling RNG state,
 is a JSON string stored in a 0-d unicode array.
 """
@@ -60,7 +64,8 @@ def _atomic_write(path, write) -> None:
 class ReplayBuffer:
     """Ring buffer of transitions with shared obs/next_obs slots and n-step sampling."""
 
-    def __init__(self, capacity: int, obs_spec: dict, action_dim: int, seed: int | None = None):
+    def __init__(self, capacity: int, obs_spec: dict, action_dim: int, seed: int | None = None,
+                 features: str | None = None):
         if capacity < 2:
             raise ValueError(f"capacity must be >= 2 (one transition needs two slots), got {capacity}")
         if action_dim < 1:
@@ -68,6 +73,7 @@ class ReplayBuffer:
         self.capacity = int(capacity)
         self.action_dim = int(action_dim)
         self.obs_spec = _normalize_spec(obs_spec)
+        self.features = features  # the sha of the frozen encoder whose features the camera keys hold
         self._obs = {k: np.zeros((self.capacity, *shape), dtype) for k, (shape, dtype) in self.obs_spec.items()}
         self._action = np.zeros((self.capacity, self.action_dim), np.float32)
         self._reward = np.zeros(self.capacity, np.float32)
@@ -224,6 +230,7 @@ class ReplayBuffer:
             "cursor": self._cursor,
             "episode_open": self._episode_open,
             "slots_written": self._slots_written,
+            "features": self.features,
         }
 
     def save(self, path) -> None:
@@ -235,12 +242,17 @@ class ReplayBuffer:
         _atomic_write(path, lambda f: np.savez(f, allow_pickle=False, **arrays))
 
     @classmethod
-    def load(cls, path) -> "ReplayBuffer":
+    def load(cls, path, features: str | None = None) -> "ReplayBuffer":
+        """A saved buffer; ``features``: the sha of the frozen encoder the caller reads features of
+        (None: images), which must be the one the buffer's features came from."""
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             if meta.get("version") != _FORMAT_VERSION:
                 raise ValueError(f"{path}: unsupported replay format version {meta.get('version')}")
-            buf = cls(meta["capacity"], spec_from_json(meta["obs_spec"]), meta["action_dim"])
+            if meta.get("features") != features:
+                raise FeatureMismatch(f"replay {path} holds {_what(meta.get('features'))}, but this agent reads "
+                                      f"{_what(features)}: start a new run (or resume with the run's own encoder)")
+            buf = cls(meta["capacity"], spec_from_json(meta["obs_spec"]), meta["action_dim"], features=features)
             for name, target in buf._arrays().items():
                 loaded = data[name]
                 if (loaded.shape[1:] != target.shape[1:] or len(loaded) > len(target)
@@ -254,6 +266,14 @@ class ReplayBuffer:
         buf._cursor, buf._episode_open = meta["cursor"], meta["episode_open"]
         buf._slots_written = meta["slots_written"]
         return buf
+
+
+class FeatureMismatch(ValueError):
+    """A saved replay whose camera keys hold another encoder's features (or images, or features)."""
+
+
+def _what(features: str | None) -> str:
+    return f"features of frozen encoder {features[:12]}" if features else "camera images"
 
 
 class BatchStaging:
@@ -305,15 +325,19 @@ def _rows(tensors: dict, start: int, stop: int) -> dict:
 class MixedReplay:
     """RLPD symmetric sampling: each batch is demo_fraction from the demo buffer and the rest from the online buffer."""
 
-    def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5):
+    def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5, encode=None):
         if not 0.0 <= demo_fraction <= 1.0:
             raise ValueError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
+        # observation -> what the buffers store (a frozen backbone's cached features), or None
+        self.encode = encode
 
     def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
         """Add to the online buffer; human interventions are also kept as demonstrations. A
         takeover that ends mid-episode closes its stretch in the demo buffer (truncated there),
         so the human's next takeover starts a new one instead of joining on to it."""
+        if self.encode is not None:
+            obs, next_obs = self.encode(obs), self.encode(next_obs)
         self.online.add(obs, action, reward, next_obs, terminated, truncated, is_intervention)
         if is_intervention:
             self.demo.add(obs, action, reward, next_obs, terminated, truncated, True)
@@ -326,6 +350,8 @@ class MixedReplay:
         self.demo.close_episode()
 
     def add_demo(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        if self.encode is not None:
+            obs, next_obs = self.encode(obs), self.encode(next_obs)
         self.demo.add(obs, action, reward, next_obs, terminated, truncated, False)
 
     def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97,
@@ -367,8 +393,8 @@ class MixedReplay:
         _atomic_write(os.path.join(directory, "mixed.json"), lambda f: f.write(meta))
 
     @classmethod
-    def load(cls, directory) -> "MixedReplay":
+    def load(cls, directory, features: str | None = None) -> "MixedReplay":
         with open(os.path.join(directory, "mixed.json")) as f:
             meta = json.load(f)
-        return cls(ReplayBuffer.load(os.path.join(directory, "online.npz")),
-                   ReplayBuffer.load(os.path.join(directory, "demo.npz")), meta["demo_fraction"])
+        return cls(ReplayBuffer.load(os.path.join(directory, "online.npz"), features),
+                   ReplayBuffer.load(os.path.join(directory, "demo.npz"), features), meta["demo_fraction"])

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.errors import UserFacingError
-from robot_rl.replay import MixedReplay, ReplayBuffer
+from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 
 OPTIMIZERS = ("critic_opt", "actor_opt", "base_opt", "alpha_opt", "grasp_opt")
 MANIFEST = "manifest.json"
@@ -128,6 +128,22 @@ def check_compatible(agent_config: SACConfig, env, ckpt: Path) -> None:
                               "use it with the task, --obs mode, cameras and image size it was trained with")
 
 
+def check_same_encoder(saved: SACConfig, wanted: SACConfig, ckpt: Path) -> None:
+    """Raise CheckpointError (one line naming ``ckpt``) unless the checkpoint's agent (``saved``)
+    reads what an agent of ``wanted`` reads: images, or the features of the same frozen encoder
+    (backbone, image size and weights)."""
+    def describe(cfg: SACConfig) -> str:
+        meta = cfg.frozen_encoder if cfg.image_encoder == "frozen" else None
+        if not meta:
+            return f"a trainable {cfg.image_encoder} encoder" if cfg.cameras else "no cameras"
+        h, w = meta["image_size"]
+        return f"a frozen {meta['backbone']} encoder on {h}x{w} frames (sha {meta['sha'][:12]})"
+
+    if describe(saved) != describe(wanted):
+        raise CheckpointError(f"checkpoint {ckpt} was trained with {describe(saved)}, not {describe(wanted)}: "
+                              "use it with its own encoder (or start a new run)")
+
+
 # optimizer options that follow the device, not the checkpoint (fused Adam on CUDA, plain on a CPU)
 DEVICE_OPTIONS = ("fused", "foreach", "capturable")
 
@@ -141,6 +157,7 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") ->
     config = _agent_config(meta, path, device)
     try:
         config.pretrained_path = None  # the backbone's weights are in the checkpoint itself
+        config.frozen_encoder_path = None  # so are a frozen encoder's
         agent = SACAgent(config)
         agent.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         agent.num_updates = int(meta.get("num_updates", 0))
@@ -334,8 +351,9 @@ def read_state(ckpt: Path) -> dict:
         raise CheckpointError(f"checkpoint {ckpt} has no readable state.json ({one_line(err)})") from err
 
 
-def load_replay(ckpt: Path) -> MixedReplay:
-    """Both replay buffers of a checkpoint; a damaged file is named in one line."""
+def load_replay(ckpt: Path, features: str | None = None) -> MixedReplay:
+    """Both replay buffers of a checkpoint; a damaged file is named in one line, and so is one
+    whose camera keys hold another frozen encoder's features than ``features`` (a sha; None: images)."""
     folder = Path(ckpt) / "replay"
     try:
         demo_fraction = json.loads((folder / "mixed.json").read_text())["demo_fraction"]
@@ -345,7 +363,9 @@ def load_replay(ckpt: Path) -> MixedReplay:
     buffers = []
     for name in ("online.npz", "demo.npz"):
         try:
-            buffers.append(ReplayBuffer.load(folder / name))
+            buffers.append(ReplayBuffer.load(folder / name, features))
+        except FeatureMismatch as err:
+            raise CheckpointError(str(err)) from err
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             raise CheckpointError(f"replay file {folder / name} is corrupt ({one_line(err)}); "
                                   "use an earlier checkpoint") from err

@@ -43,7 +43,7 @@ from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
-from robot_rl.runtime.checkpoint import load_agent, load_replay, write_checkpoint
+from robot_rl.runtime.checkpoint import check_same_encoder, load_agent, load_replay, write_checkpoint
 from robot_rl.runtime.device import out_of_memory_says
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
@@ -219,7 +219,8 @@ class Learner:
         self.read_metrics()  # weights a non-finite loss has touched never reach the actor
         self.weights_version += 1
         self.endpoint.send("weights", self.agent.policy_state_dict(),
-                           {"version": self.weights_version, "updates": self.agent.num_updates})
+                           {"version": self.weights_version, "updates": self.agent.num_updates,
+                            "frozen_encoder": self.agent.frozen_sha})
         self.send_status()
 
     def send_status(self) -> None:
@@ -258,14 +259,17 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
     the agent and replay of the checkpoint ``resume_from``."""
     if resume_from:
         agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device)
-        replay = load_replay(Path(resume_from))
+        check_same_encoder(agent.config, agent_config, Path(resume_from))
+        replay = load_replay(Path(resume_from), agent.frozen_sha)
         replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
         agent = SACAgent(agent_config)
-        act = agent.config.action_dim
-        replay = MixedReplay(ReplayBuffer(config.replay_capacity, obs_spec, act, seed=config.seed),
-                             ReplayBuffer(config.demo_capacity, obs_spec, act, seed=config.seed + 1),
+        act, spec, features = agent.config.action_dim, agent.replay_spec(obs_spec), agent.frozen_sha
+        replay = MixedReplay(ReplayBuffer(config.replay_capacity, spec, act, seed=config.seed, features=features),
+                             ReplayBuffer(config.demo_capacity, spec, act, seed=config.seed + 1, features=features),
                              config.demo_fraction)
+    if agent.frozen is not None:  # frames become the frozen backbone's features as they enter the replay
+        replay.encode = agent.cache_features
     return Learner(config, agent, replay, endpoint, run_dir)
 
 
