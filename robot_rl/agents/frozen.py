@@ -29,6 +29,7 @@ from robot_rl.agents.encoders import IMAGENET_MEAN, IMAGENET_STD, ResNet18Trunk,
 from robot_rl.errors import UserFacingError
 
 BACKBONES = ("drq", "resnet18")
+DRQ_BACKBONE = {"backbone": "drq", "channels": 32, "strides": [2, 2, 2, 1]}  # the trainable encoder's conv stack
 ENCODER_FILE = "encoder.safetensors"
 
 

@@ -29,12 +29,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.agents.encoders import FeatureHead, random_shift
+from robot_rl.agents.frozen import DRQ_BACKBONE as DRQ
 from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, feature_shape
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
 
 OBJECTIVES = ("bc", "autoencoder", "classifier", "pretrained")
-DRQ = {"backbone": "drq", "channels": 32, "strides": [2, 2, 2, 1]}
 
 
 # --------------------------------------------------------------------------- data

@@ -9,6 +9,10 @@ Figures, all measured in one run:
   128x128 (``updates_per_s_pixels128_e2``);
 * the same 10-critic state update with the batched ``CriticEnsemble`` swapped for the naive
   per-critic ``LoopCriticEnsemble`` (measured interleaved with the batched one) and the speedup;
+* pixels through a frozen backbone (``frozen.py``): the replay holds each frame's cached float16
+  feature maps and the update trains only the head; measured interleaved with the state e2
+  agent (``updates_per_s_pixels_frozen_e2``, ``pixels_frozen_over_state_e2``) and its replay
+  bytes per transition (``replay_bytes_per_transition_frozen``);
 * ``agent.act(obs)`` latency for one observation (p50 / p99), state and pixels;
 * replay memory per transition for a pixel replay filled with 20-step episodes, against the
   raw bytes of one observation (obs and next_obs share slots, so the ratio is ~ (L+1)/L).
@@ -30,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robot_rl.agents.frozen import DRQ_BACKBONE, FrozenEncoder
 from robot_rl.agents.networks import mlp
 from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig, make_adam
 from robot_rl.envs import make_env, obs_spec
@@ -210,6 +215,35 @@ def act_latency_ms(agent: SACAgent, obs: dict, calls: int) -> tuple[float, float
     return float(p50), float(p99)
 
 
+def frozen_config(device: str, **extra) -> SACConfig:
+    """A pixel agent over a frozen backbone (random weights: the speed does not depend on them)."""
+    meta = {**DRQ_BACKBONE, "cameras": list(PIXEL_CAMERAS), "image_size": list(PIXEL_IMAGE_SIZE)}
+    meta["sha"] = FrozenEncoder(meta).sha
+    return SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE, state_dim=PIXEL_STATE_DIM, device=device,
+                     image_encoder="frozen", frozen_encoder=meta, **extra)
+
+
+def frozen_and_state_rates(s: dict, device: str, log=print) -> dict:
+    """Updates/s of the frozen-backbone pixel agent and of the state agent, interleaved in one
+    process (so the ratio compares like with like), and the frozen replay's bytes per transition."""
+    spec = state_spec()
+    state_replay = make_replay(spec, s, seed=0)
+    state_agent = make_agent(SACConfig(state_dim=spec["state"][0][0], device=device), state_replay, seed=0)
+    torch.manual_seed(0)
+    frozen = SACAgent(frozen_config(device))
+    frozen_replay = make_replay(frozen.replay_spec(pixel_spec()), s, seed=5)
+    frozen = make_agent(frozen.config, frozen_replay, seed=0)
+    warmup = s["warmup"]
+    state_rate, frozen_rate = measure_updates(
+        [UpdateTimer(state_agent, sample_batches(state_replay, s["batches"], device), warmup),
+         UpdateTimer(frozen, sample_batches(frozen_replay, s["batches"], device), warmup)],
+        s["budget_s"], s["rounds"], s["min_calls"])
+    log(f"state e2 {state_rate:.1f} updates/s, frozen pixels e2 {frozen_rate:.1f} ({frozen_rate / state_rate:.2f}x)")
+    return {"updates_per_s_state_e2": round(state_rate, 2), "updates_per_s_pixels_frozen_e2": round(frozen_rate, 2),
+            "pixels_frozen_over_state_e2": round(frozen_rate / state_rate, 3),
+            "replay_bytes_per_transition_frozen": round(frozen_replay.online.bytes_per_transition(), 1)}
+
+
 def state_spec() -> dict:
     env = make_env("PickCube", "mujoco", "state")
     spec = obs_spec(env.observation_space)
@@ -273,6 +307,12 @@ def _run(s: dict, log, device: str) -> dict:
     log(f"state act latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
     del agent_e10, naive_e10, timers, batches, replay
 
+    # --- pixels through a frozen backbone (cached features), interleaved with state e2 again
+    both = frozen_and_state_rates(s, device, log)
+    figures["updates_per_s_pixels_frozen_e2"] = both["updates_per_s_pixels_frozen_e2"]
+    figures["pixels_frozen_over_state_e2"] = both["pixels_frozen_over_state_e2"]
+    figures["replay_bytes_per_transition_frozen"] = both["replay_bytes_per_transition_frozen"]
+
     # --- pixels: 2 critics, 2 cameras at 128x128, then at 64x64
     large = make_replay(pixel_spec(PIXEL_IMAGE_SIZE_LARGE), s, seed=4)
     config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE_LARGE, state_dim=PIXEL_STATE_DIM,
@@ -317,6 +357,9 @@ def _run(s: dict, log, device: str) -> dict:
         "(updates_per_s_pixels128_e2), uint8 until on the device",
         f"each update figure: {budget:g} s wall budget after {warmup} warm-up updates; the e10 batched and naive "
         f"loop agents are measured interleaved in {rounds} rounds each",
+        "pixels_frozen_over_state_e2: the frozen-backbone pixel agent (2 cameras 64x64, drq backbone frozen, "
+        "features cached float16 in the replay, head + heads trained) over a state e2 agent, measured "
+        "interleaved in the same rounds (that state agent's own rate is not the updates_per_s_state_e2 figure)",
         "naive = the same agent with critic and target critic replaced by LoopCriticEnsemble (same sizes, fresh "
         "weights) and the critic optimizer rebuilt over critic + encoder params as in SACAgent.__init__",
         f"act latency: time.perf_counter per agent.act(obs) call on one observation, {LATENCY_WARMUP} warm-up "

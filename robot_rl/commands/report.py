@@ -85,7 +85,28 @@ def write_report(run_dir: str | Path) -> Path:
     lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episode_length']:.1f} |" for e in summary["evals"]]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
+    lines += _observation_lines(summary, config)
     return _finish(run, lines, reward, config.get("reward_classifier"), summary.get("classifier_episodes") or {})
+
+
+def _observation_lines(summary: dict, config: dict) -> list[str]:
+    """What the policy read: the sim's object poses (state, sim only) or the cameras, and for a
+    frozen encoder the candidates ``encoder pretrain`` measured."""
+    if summary["obs"] == "state":
+        return ["", "Observation: robot state + the sim's object poses (privileged: sim only)."]
+    cams = " + ".join(config.get("cameras", []))
+    lines = ["", f"Observation: cameras {cams} at {'x'.join(map(str, config.get('image_size', [])))} + robot state "
+                 "(what a real cell has; no object pose)."]
+    encoder = config.get("frozen_encoder")
+    report = Path(encoder) / "report.json" if encoder else None
+    if report is not None and report.is_file():
+        r = json.loads(report.read_text())
+        lines += [f"Frozen encoder `{encoder}`: **{r['chosen']}** (features {r['feature_shape']}, cached float16), "
+                  "chosen by a held-out probe (lower is better):", "",
+                  "| candidate | held-out loss | motion MSE | gripper accuracy | train s |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {c['held_out_loss']:.4f} | {c['held_out_motion_mse']:.4f} | "
+                  f"{c['held_out_gripper_accuracy']:.2f} | {c['train_s']} |" for name, c in r["candidates"].items()]
+    return lines
 
 
 def _finish(run: Path, lines: list[str], reward: str, classifier: str | None, counts: dict) -> Path:
