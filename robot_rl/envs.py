@@ -20,7 +20,8 @@ OBS_MODES = ("state", "pixels")
 class FlatObservation(gym.ObservationWrapper):
     """Dict observation from the contract -> the learner's flat dict."""
 
-    def __init__(self, env: gym.Env, mode: str):
+    def __init__(self, env: gym.Env, mode: str, cameras: tuple[str, ...] | None = None):
+        """``cameras``: the ones the policy reads (default: every camera the env renders)."""
         super().__init__(env)
         if mode not in OBS_MODES:
             raise ValueError(f"obs mode must be one of {OBS_MODES}, got {mode!r}")
@@ -32,9 +33,13 @@ class FlatObservation(gym.ObservationWrapper):
             if not self.privileged_keys:
                 raise ValueError("obs='state' needs the sim's privileged object poses")
             state_dim += sum(spaces["privileged"][k].shape[0] + 3 for k in self.privileged_keys)
-        self.cameras = tuple(spaces["images"].spaces) if mode == "pixels" else ()
+        rendered = tuple(spaces["images"].spaces) if "images" in spaces else ()
+        self.cameras = (tuple(cameras) if cameras is not None else rendered) if mode == "pixels" else ()
         if mode == "pixels" and not self.cameras:
             raise ValueError("obs='pixels' needs an env with images")
+        missing = [cam for cam in self.cameras if cam not in rendered]
+        if missing:
+            raise ValueError(f"the policy reads cameras {list(self.cameras)}; this env renders {list(rendered)}")
         flat = {"state": gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)}
         for cam in self.cameras:
             flat[cam] = spaces["images"][cam]

@@ -42,7 +42,7 @@ $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classif
 if [ "${OBS:-pixels}" = state ]; then
   OBSERVATION=(--obs state)  # sim only: the policy reads the sim's object poses
 else
-  $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" --steps 1000 --probe-steps 500 \
+  $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" --steps "${ENCODER_STEPS:-1000}" --probe-steps 500 \
       --out "$RUN/encoder"
   OBSERVATION=(--obs pixels --frozen-encoder "$RUN/encoder")
 fi

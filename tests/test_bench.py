@@ -90,6 +90,12 @@ def test_learner_bench_quick_gives_every_figure_consistently(monkeypatch):
     assert figures["replay_bytes_ratio"] == pytest.approx(ratio, rel=1e-3)
     assert 21 / 20 <= figures["replay_bytes_ratio"] < 21 / 20 + 0.01
     assert any("LoopCriticEnsemble" in note for note in figures["notes"])
+    # the frozen-backbone pixel agent: its rate over the state agent measured beside it, and a
+    # replay of cached float16 features: two 5x5x32 maps + 20 float32 of state per slot
+    assert figures["updates_per_s_pixels_frozen_e2"] > 0 and figures["pixels_frozen_over_state_e2"] > 0
+    features_bytes = 2 * 5 * 5 * 32 * 2 + 20 * 4
+    assert 21 / 20 * features_bytes <= figures["replay_bytes_per_transition_frozen"] < 21 / 20 * features_bytes + 60
+    assert figures["replay_bytes_per_transition_frozen"] < figures["replay_bytes_per_transition"] / 5
 
 
 def test_learner_bench_refuses_a_device_that_is_not_there(monkeypatch):
