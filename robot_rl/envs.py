@@ -65,7 +65,8 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
              cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
     """The sim twin wrapped for learning: ``make_cell_env`` behind a ``FlatObservation``."""
-    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs)
+    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs,
+                           tuple(cameras) if obs == "pixels" else None)
 
 
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
@@ -77,7 +78,8 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     With ``reward_classifier`` (a ``robot-rl classifier train`` folder) the reward and the
     episode end come from the success classifier, as on a real robot; the env's own success
     stays in ``info["ground_truth_success"]``. A state-observation env then renders the
-    classifier's cameras for the classifier alone; a pixel env must render what it reads."""
+    classifier's cameras for the classifier alone; a pixel env renders the policy's cameras and
+    the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's."""
     from robot_rl.sim.env import PandaCellEnv
 
     if obs not in OBS_MODES:
@@ -90,6 +92,8 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
         classifier, calibration = load_classifier(reward_classifier)
         if obs == "state":
             render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
+        else:
+            cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
     env = PandaCellEnv(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras))
     if classifier is not None:
         from robot_rl.reward.wrapper import ClassifierReward
