@@ -189,8 +189,7 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if agent.critic_actor_ratio < 1:
             raise ValueError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")
-        if self.frozen_encoder is not None:
-            check_frozen_encoder(self)
+        check_frozen_encoder(self)
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
@@ -199,13 +198,31 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         resolve_device(self.device)  # a device that is not there ends the run before any work
 
 
-def check_frozen_encoder(cfg) -> dict:
+# agent settings that choose the camera encoder, which --frozen-encoder chooses by itself
+CAMERA_ENCODER_SETTINGS = {"image_encoder": "--image-encoder", "pretrained_path": "--pretrained",
+                           "freeze_backbone": "--freeze-backbone", "frozen_encoder": "--agent frozen_encoder",
+                           "frozen_encoder_path": "--agent frozen_encoder_path"}
+
+
+def check_frozen_encoder(cfg) -> dict | None:
     """The description of ``cfg.frozen_encoder`` (a folder), checked against the config's
-    observation: pixels, from cameras it has backbones for, at the image size it was trained on."""
+    observation: pixels, from cameras it has backbones for, at the image size it was trained on,
+    and no other camera encoder asked for beside it. None without a frozen encoder."""
     from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
 
+    if not cfg.frozen_encoder:
+        if cfg.agent.get("image_encoder") == "frozen":
+            raise ConfigError("image_encoder 'frozen' reads a frozen backbone's cached features: give its folder "
+                              "with --frozen-encoder DIR (robot-rl encoder pretrain makes one)")
+        return None
     if cfg.obs != "pixels":
         raise FrozenEncoderError(f"--frozen-encoder {cfg.frozen_encoder} reads camera frames: it needs --obs pixels")
+    clash = [flag for key, flag in CAMERA_ENCODER_SETTINGS.items()
+             if cfg.agent.get(key) not in (None, False, "frozen")]
+    if clash:
+        raise ConfigError(f"--frozen-encoder {cfg.frozen_encoder} is the camera encoder, and {', '.join(clash)} "
+                          "asks for another: give one (your ResNet-18 becomes a frozen encoder with robot-rl encoder "
+                          "pretrain --pretrained FILE)")
     meta = read_encoder_meta(cfg.frozen_encoder)
     check_encoder_fits(meta, cfg.cameras, cfg.image_size, cfg.frozen_encoder)
     return meta
@@ -232,9 +249,9 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
                 grasp_critic=env.unwrapped.task.uses_gripper,
                 residual_scale=cfg.residual_scale if residual else 0.0,
                 residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
-    if cfg.frozen_encoder:  # a head over the frozen backbone's cached features
-        base.update(image_encoder="frozen", frozen_encoder=check_frozen_encoder(cfg),
-                    frozen_encoder_path=str(cfg.frozen_encoder))
+    frozen = check_frozen_encoder(cfg)
+    if frozen is not None:  # a head over the frozen backbone's cached features
+        base.update(image_encoder="frozen", frozen_encoder=frozen, frozen_encoder_path=str(cfg.frozen_encoder))
     return sac_config().from_dict({**base, **agent_settings(cfg.agent)})
 
 

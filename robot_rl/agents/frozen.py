@@ -192,6 +192,7 @@ def read_encoder_meta(folder: str | Path) -> dict:
             meta = json.loads((f.metadata() or {})["meta"])
         for key in ("backbone", "cameras", "image_size", "sha"):
             meta[key]
+        feature_shape(meta)  # and what its backbone needs (a drq backbone's channels and strides)
     except (OSError, SafetensorError, KeyError, ValueError, TypeError) as err:
         raise FrozenEncoderError(f"encoder file {path} is not a robot-rl encoder ({type(err).__name__}: {err})") from err
     return meta

@@ -247,7 +247,7 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
             int(np.prod(encoder.feature_shape)) * 2 * len(cams)}
 
 
-def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc", "autoencoder", "classifier"),
+def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc", "autoencoder"),
                      classifier: str | None = None, pretrained: str | None = None, steps: int = 2000,
                      probe_steps: int = 1000, held_out: float = 0.2, seed: int = 0, log=print) -> dict:
     """Train / read every candidate, measure each with ``probe``, write the best to ``out``
@@ -255,11 +255,13 @@ def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc", "a
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown:
         raise FrozenEncoderError(f"unknown objective {unknown[0]!r}; choose from {list(OBJECTIVES)}")
-    objectives = [o for o in objectives if (o != "classifier" or classifier) and (o != "pretrained" or pretrained)]
-    if pretrained and "pretrained" not in objectives:
-        objectives.append("pretrained")
-    if classifier and "classifier" not in objectives:
-        objectives.append("classifier")
+    for name, source, flag in (("classifier", classifier, "--classifier DIR"), ("pretrained", pretrained,
+                                                                                  "--pretrained FILE")):
+        if name in objectives and not source:
+            raise FrozenEncoderError(f"objective {name} takes its backbone from {flag}: give it, or leave {name} out")
+    # the candidates read from files come first, so that a bad file is named before any training
+    objectives = list(dict.fromkeys(["classifier"] * bool(classifier) + ["pretrained"] * bool(pretrained)
+                                    + [o for o in objectives if o in ("bc", "autoencoder")]))
     if not objectives:
         raise FrozenEncoderError("no candidate encoder: give --objective bc/autoencoder, --classifier DIR or "
                                  "--pretrained FILE")

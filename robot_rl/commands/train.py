@@ -46,8 +46,8 @@ class TrainingInterrupted(TrainingError):
 
 
 # fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
+# (not frozen_encoder, a folder that may move: the learner checks that it holds the run's encoder by its sha)
 FIXED_ON_RESUME = ("task", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
-                   "frozen_encoder",
                    "residual", "residual_scale", "residual_penalty", "replay_capacity", "demo_capacity",
                    "demo_fraction")
 

@@ -1,0 +1,499 @@
+"""The frozen-encoder pixel path (issue 20): encoder folders, cached features in the agent and the
+replay, the encoder's hash guarding checkpoints, replays and weights, ``robot-rl encoder
+pretrain``, and a tiny ``robot-rl train --frozen-encoder`` run end to end."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from robot_rl.agents.frozen import (ENCODER_FILE, FrozenEncoder, FrozenEncoderError, check_encoder_fits,
+                                    read_encoder_meta, weights_sha)
+from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.commands.cli import main
+from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
+from robot_rl.runtime.checkpoint import CheckpointError, check_same_encoder, load_replay
+
+CAMS = ("front", "wrist")
+SIZE = (32, 32)
+DRQ = {"backbone": "drq", "channels": 32, "strides": [2, 2, 2, 1]}
+STATE_DIM = 8
+
+
+def make_encoder(folder, seed: int = 0, cameras=CAMS, image_size=SIZE, strides=(2, 2, 2, 1)):
+    """A (randomly initialised) frozen DrQ backbone saved as an encoder folder; returns the folder."""
+    torch.manual_seed(seed)
+    FrozenEncoder({**DRQ, "strides": list(strides), "cameras": list(cameras), "image_size": list(image_size),
+                   "objective": "test"}).save(folder)
+    return folder
+
+
+def frozen_config(folder, **kw) -> SACConfig:
+    return SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=SIZE, image_encoder="frozen",
+                     frozen_encoder=read_encoder_meta(folder), frozen_encoder_path=str(folder), hidden=(32, 32),
+                     gripper_width_index=0, **kw)
+
+
+def frozen_agent(folder, **kw) -> SACAgent:
+    torch.manual_seed(0)
+    return SACAgent(frozen_config(folder, **kw))
+
+
+def observation(seed: int = 0, image_size=SIZE) -> dict:
+    rng = np.random.default_rng(seed)
+    obs = {"state": rng.normal(size=STATE_DIM).astype(np.float32)}
+    for cam in CAMS:
+        obs[cam] = rng.integers(0, 256, (*image_size, 3), dtype=np.uint8)
+    return obs
+
+
+def image_spec(image_size=SIZE) -> dict:
+    return {"state": ((STATE_DIM,), np.dtype(np.float32)),
+            **{cam: ((*image_size, 3), np.dtype(np.uint8)) for cam in CAMS}}
+
+
+def one_line_error(capsys, *needles) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as training runs: small tensors on a busy 2-core machine are many times
+    slower when threads contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Four scripted PickCube takes with front + wrist frames at 32x32 (all successful)."""
+    from robot_rl.commands.record import record_rollouts
+
+    out = record_rollouts(tmp_path_factory.mktemp("demos") / "demos.zarr", "PickCube", 4, noise=0.1, images=True,
+                          image_size=SIZE, cameras=CAMS)
+    assert out["successes"] == 4
+    return out["path"]
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory):
+    """Two encoder folders of the same architecture with different weights: A and B."""
+    root = tmp_path_factory.mktemp("encoders")
+    return make_encoder(root / "a", seed=0), make_encoder(root / "b", seed=1)
+
+
+# ------------------------------------------------------------------ encoder folders
+def test_save_load_round_trip_keeps_the_features_and_the_sha(tmp_path):
+    torch.manual_seed(0)
+    encoder = FrozenEncoder({**DRQ, "cameras": list(CAMS), "image_size": [64, 64], "objective": "test"})
+    path = encoder.save(tmp_path / "enc")
+    assert path == tmp_path / "enc" / ENCODER_FILE
+    loaded = FrozenEncoder.load(tmp_path / "enc")
+    assert loaded.sha == encoder.sha == read_encoder_meta(tmp_path / "enc")["sha"]
+    assert loaded.sha == weights_sha(loaded.backbones.state_dict())
+    assert FrozenEncoder.load(path).sha == loaded.sha  # the file itself names the encoder too
+    images = {cam: torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8) for cam in CAMS}
+    ours, theirs = encoder.features(images), loaded.features(images)
+    for cam in CAMS:
+        assert ours[cam].dtype == torch.float16 and tuple(ours[cam].shape) == (3, *encoder.feature_shape)
+        assert torch.equal(ours[cam], theirs[cam])
+    assert encoder.feature_shape == (5, 5, 32)  # 64 -> 31 -> 15 -> 7 -> 5, 32 channels
+    assert not torch.equal(ours["front"], encoder.features({"front": images["front"].flip(1)})["front"])
+    # the sha is of the weights alone: saving again, elsewhere, gives the same one
+    loaded.save(tmp_path / "again")
+    assert read_encoder_meta(tmp_path / "again")["sha"] == encoder.sha
+    # frozen: no gradients, and train() does not move BatchNorm statistics or dropout
+    assert not any(p.requires_grad for p in loaded.parameters())
+    assert not loaded.train().training
+    with pytest.raises(FrozenEncoderError, match=r"got front images of shape \(32, 32, 3\), not \(64, 64, 3\)"):
+        loaded.features({"front": torch.zeros(1, 32, 32, 3, dtype=torch.uint8)})
+
+
+def test_a_changed_weights_file_is_refused_in_one_line(tmp_path):
+    path = make_encoder(tmp_path / "enc") / ENCODER_FILE
+    tensors = load_file(str(path))
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    key = sorted(tensors)[0]
+    tensors[key] = tensors[key] + 0.01  # same names and shapes, other values
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(FrozenEncoderError) as err:
+        FrozenEncoder.load(tmp_path / "enc")
+    message = str(err.value)
+    assert str(path) in message and "do not match their sha" in message and "\n" not in message
+    # a truncated file: named, one line
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(FrozenEncoderError, match=re.escape(str(path))) as err:
+        FrozenEncoder.load(tmp_path / "enc")
+    assert "\n" not in str(err.value)
+
+
+def test_read_encoder_meta_refuses_what_is_not_an_encoder_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FrozenEncoderError, match="no encoder.safetensors there.*robot-rl encoder pretrain"):
+        read_encoder_meta(tmp_path / "empty")
+    other = tmp_path / "other"
+    other.mkdir()
+    save_file({"w": torch.zeros(2)}, str(other / ENCODER_FILE))  # a safetensors file, no encoder meta
+    with pytest.raises(FrozenEncoderError, match=f"{re.escape(str(other / ENCODER_FILE))} is not a robot-rl encoder"):
+        read_encoder_meta(other)
+    meta = {"backbone": "drq", "cameras": ["front"], "image_size": [32, 32], "sha": "0" * 64}
+    for missing in ("sha", "channels"):  # its description, or what its backbone needs, left out
+        described = {**DRQ, **meta}
+        del described[missing]
+        save_file({"w": torch.zeros(2)}, str(other / ENCODER_FILE), metadata={"meta": json.dumps(described)})
+        with pytest.raises(FrozenEncoderError, match=f"is not a robot-rl encoder \\(KeyError: '{missing}'\\)"):
+            read_encoder_meta(other)
+    (other / ENCODER_FILE).write_bytes(b"not a safetensors file at all")
+    with pytest.raises(FrozenEncoderError, match="is not a robot-rl encoder"):
+        read_encoder_meta(other)
+
+
+def test_check_encoder_fits_names_the_image_size_and_the_missing_camera(encoders):
+    meta = read_encoder_meta(encoders[0])
+    check_encoder_fits(meta, CAMS, SIZE, "enc")
+    check_encoder_fits(meta, ("wrist",), [32, 32], "enc")  # a subset of its cameras is fine
+    with pytest.raises(FrozenEncoderError, match="enc was trained on 32x32 frames, not 64x64: use --image-size 32 32"):
+        check_encoder_fits(meta, CAMS, (64, 64), "enc")
+    with pytest.raises(FrozenEncoderError, match=r"backbones for cameras \['front', 'wrist'\], not \['side'\]"):
+        check_encoder_fits(meta, ("front", "side"), SIZE, "enc")
+
+
+# ------------------------------------------------------------------ train refuses a misfit before any work
+def test_train_cli_refuses_a_frozen_encoder_that_does_not_fit_in_one_line(tmp_path, encoders, capsys, monkeypatch):
+    import robot_rl.commands.train as train_module
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(train_module, "_train", no_training)
+    enc = str(encoders[0])
+    run = tmp_path / "run"
+    base = ["train", "--steps", "10", "--run-dir", str(run)]
+    assert main(base + ["--obs", "state", "--frozen-encoder", enc]) == 2
+    one_line_error(capsys, enc, "needs --obs pixels")
+    assert main(base + ["--obs", "pixels", "--image-size", "64", "--frozen-encoder", enc]) == 2
+    one_line_error(capsys, "trained on 32x32 frames, not 64x64", "--image-size 32 32")
+    front_only = make_encoder(tmp_path / "front_only", cameras=("front",))
+    assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", str(front_only)]) == 2
+    one_line_error(capsys, str(front_only), "not ['wrist']")
+    assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", str(tmp_path / "nowhere")]) == 2
+    one_line_error(capsys, "no encoder.safetensors")
+    # the frozen encoder is the camera encoder: another one asked for as well is a contradiction
+    assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", enc,
+                        "--image-encoder", "resnet18"]) == 2
+    one_line_error(capsys, "--frozen-encoder", "--image-encoder")
+    assert main(base + ["--obs", "pixels", "--image-size", "32", "--agent", "image_encoder=frozen"]) == 2
+    one_line_error(capsys, "--frozen-encoder DIR")
+    assert not run.exists()
+
+
+# ------------------------------------------------------------------ the agent reads features
+def test_cache_features_and_replay_spec(encoders):
+    agent = frozen_agent(encoders[0])
+    encoder = FrozenEncoder.load(encoders[0])
+    assert agent.frozen_sha == encoder.sha
+    obs = observation()
+    cached = agent.cache_features(obs)
+    assert np.array_equal(cached["state"], obs["state"])
+    for cam in CAMS:
+        assert cached[cam].dtype == np.float16 and cached[cam].shape == encoder.feature_shape == (1, 1, 32)
+        expected = encoder.features({cam: torch.as_tensor(obs[cam])[None]})[cam][0].numpy()
+        assert np.array_equal(cached[cam], expected)
+    assert agent.cache_features(cached) is cached  # features already: as they are
+    spec = agent.replay_spec(image_spec())
+    assert spec == {"state": ((STATE_DIM,), np.dtype(np.float32)),
+                    **{cam: ((1, 1, 32), np.dtype(np.float16)) for cam in CAMS}}
+    # an agent with a trainable encoder keeps images everywhere
+    torch.manual_seed(0)
+    images_agent = SACAgent(SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=SIZE, hidden=(32, 32),
+                                      gripper_width_index=0))
+    assert images_agent.frozen_sha is None
+    assert images_agent.replay_spec(image_spec()) == image_spec()
+    assert images_agent.cache_features(obs) is obs
+
+
+def test_a_frozen_agent_acts_on_images_as_on_their_features(encoders):
+    agent = frozen_agent(encoders[0], residual_scale=0.5)  # the residual base reads its own head too
+    assert agent.base_encoder is not None
+    for seed in range(3):
+        obs = observation(seed)
+        on_images = agent.act(obs, deterministic=True)
+        assert np.array_equal(on_images, agent.act(agent.cache_features(obs), deterministic=True))
+        assert on_images.shape == (7,) and np.all(np.abs(on_images) <= 1)
+    assert not np.array_equal(agent.act(observation(0), True), agent.act(observation(1), True))
+
+
+def test_an_agent_made_for_one_encoder_refuses_another_encoders_folder(encoders):
+    config = frozen_config(encoders[0])
+    config.frozen_encoder_path = str(encoders[1])
+    with pytest.raises(FrozenEncoderError, match="not the encoder this agent was made for"):
+        SACAgent(config)
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "trainable"])
+def test_cloning_trains_the_base_encoder_and_rl_updates_leave_it(encoders, frozen):
+    """With cameras and a residual base, the base reads its own image encoder: ``pretrain_actor``
+    (behaviour cloning) trains it, the critic / actor updates that follow never move it."""
+    if frozen:
+        agent = frozen_agent(encoders[0], residual_scale=0.5)
+    else:
+        torch.manual_seed(0)
+        agent = SACAgent(SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=SIZE, hidden=(32, 32),
+                                   gripper_width_index=0, residual_scale=0.5))
+    spec = agent.replay_spec(image_spec())
+    replay = MixedReplay(ReplayBuffer(64, spec, 7, seed=0, features=agent.frozen_sha),
+                         ReplayBuffer(64, spec, 7, seed=1, features=agent.frozen_sha), encode=agent.cache_features)
+    rng = np.random.default_rng(0)
+    for t in range(20):
+        action = rng.uniform(-1, 1, 7).astype(np.float32)
+        replay.add_demo(observation(t), action, float(t % 2), observation(t + 1), False, t == 19)
+        replay.add(observation(100 + t), action, 0.0, observation(101 + t), False, t == 19)
+    agent.fit_normalizer(np.stack([observation(t)["state"] for t in range(20)]))
+
+    def snapshot(module):
+        return {k: v.clone() for k, v in module.state_dict().items()}
+
+    frozen_before = snapshot(agent.frozen) if frozen else None
+    base_encoder, encoder = snapshot(agent.base_encoder), snapshot(agent.encoder)
+    for _ in range(3):
+        agent.pretrain_actor(replay.demo.sample(16))
+    cloned = snapshot(agent.base_encoder)
+    assert any(not torch.equal(cloned[k], base_encoder[k]) for k in cloned)  # cloning trained it
+    assert all(torch.equal(agent.encoder.state_dict()[k], v) for k, v in encoder.items())  # not the critic's
+    base = snapshot(agent.base)
+    for _ in range(3):
+        agent.update(replay.sample(16))
+    assert all(torch.equal(agent.base_encoder.state_dict()[k], v) for k, v in cloned.items())
+    assert all(torch.equal(agent.base.state_dict()[k], v) for k, v in base.items())
+    assert any(not torch.equal(agent.encoder.state_dict()[k], v) for k, v in encoder.items())  # the critic's moved
+    if frozen:
+        assert all(torch.equal(agent.frozen.state_dict()[k], v) for k, v in frozen_before.items())
+
+
+# ------------------------------------------------------------------ replays and checkpoints of another encoder
+def test_a_replay_of_one_encoders_features_loads_for_no_other(tmp_path, encoders):
+    sha_a, sha_b = (read_encoder_meta(e)["sha"] for e in encoders)
+    agent = frozen_agent(encoders[0])
+    spec = agent.replay_spec(image_spec())
+    online = ReplayBuffer(16, spec, 7, seed=0, features=sha_a)
+    replay = MixedReplay(online, ReplayBuffer(16, spec, 7, seed=1, features=sha_a), encode=agent.cache_features)
+    first = observation(0)
+    replay.add(first, np.zeros(7, np.float32), 0.0, observation(1), False, False)
+    # what entered is the encoder's features of the frame
+    sampled = online.sample(1)
+    assert np.array_equal(sampled["obs"]["front"][0], agent.cache_features(first)["front"])
+    path = tmp_path / "online.npz"
+    online.save(path)
+    assert ReplayBuffer.load(path, sha_a).features == sha_a
+    for other, says in ((sha_b, f"features of frozen encoder {sha_b[:12]}"), (None, "camera images")):
+        with pytest.raises(FeatureMismatch) as err:
+            ReplayBuffer.load(path, other)
+        message = str(err.value)
+        assert str(path) in message and f"holds features of frozen encoder {sha_a[:12]}" in message and says in message
+    images = ReplayBuffer(16, image_spec(), 7, seed=0)
+    images.add(first, np.zeros(7, np.float32), 0.0, observation(1), False, False)
+    images.save(tmp_path / "images.npz")
+    with pytest.raises(FeatureMismatch, match="holds camera images, but this agent reads features of frozen encoder"):
+        ReplayBuffer.load(tmp_path / "images.npz", sha_a)
+    # both buffers of a checkpoint: the mismatch is a CheckpointError naming the file
+    ckpt = tmp_path / "step_000000001"
+    replay.save(ckpt / "replay")
+    assert load_replay(ckpt, sha_a).online.features == sha_a
+    assert MixedReplay.load(ckpt / "replay", sha_a).demo.features == sha_a
+    with pytest.raises(FeatureMismatch):
+        MixedReplay.load(ckpt / "replay", sha_b)
+    with pytest.raises(CheckpointError, match=re.escape(str(ckpt / "replay" / "online.npz"))):
+        load_replay(ckpt, sha_b)
+    with pytest.raises(CheckpointError, match="start a new run"):
+        load_replay(ckpt, None)
+
+
+def test_check_same_encoder_refuses_a_checkpoint_of_another_encoder(tmp_path, encoders):
+    a, b = frozen_config(encoders[0]), frozen_config(encoders[1])
+    ckpt = tmp_path / "ckpt"
+    check_same_encoder(a, frozen_config(encoders[0]), ckpt)
+    with pytest.raises(CheckpointError) as err:
+        check_same_encoder(a, b, ckpt)
+    sha_a, sha_b = a.frozen_encoder["sha"], b.frozen_encoder["sha"]
+    assert str(ckpt) in str(err.value) and sha_a[:12] in str(err.value) and sha_b[:12] in str(err.value)
+    larger = make_encoder(tmp_path / "larger", image_size=(64, 64))
+    at_64 = SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=(64, 64), image_encoder="frozen",
+                      frozen_encoder=read_encoder_meta(larger))
+    with pytest.raises(CheckpointError, match="frozen drq encoder on 32x32 frames .*, not a frozen drq encoder on 64x64"):
+        check_same_encoder(a, at_64, ckpt)
+    trainable = SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=SIZE)
+    with pytest.raises(CheckpointError, match="trained with a frozen drq encoder on 32x32 frames.*not a trainable drq"):
+        check_same_encoder(a, trainable, ckpt)
+    with pytest.raises(CheckpointError, match="trained with a trainable drq encoder"):
+        check_same_encoder(trainable, a, ckpt)
+    check_same_encoder(trainable, SACConfig(state_dim=STATE_DIM, cameras=CAMS, image_size=SIZE), ckpt)
+
+
+def test_the_actor_refuses_weights_of_a_learner_with_another_encoder(encoders):
+    from robot_rl.actor import LearnerClient
+    from robot_rl.runtime.transport import inprocess_pair
+
+    learner_agent, policy = frozen_agent(encoders[0], residual_scale=0.5), frozen_agent(encoders[0], residual_scale=0.5)
+    with torch.no_grad():
+        for p in learner_agent.actor.parameters():
+            p.add_(0.5)
+    weights = {k: v.numpy() for k, v in learner_agent.policy_state_dict().items()}
+    actor_end, learner_end = inprocess_pair()
+    errors = []
+    client = LearnerClient(actor_end, policy, on_error=errors.append)
+    before = {k: v.clone() for k, v in policy.policy_state_dict().items()}
+    sha_b = read_encoder_meta(encoders[1])["sha"]
+    for version, theirs in ((1, sha_b), (2, None)):
+        learner_end.send("weights", weights, {"version": version, "updates": 1, "frozen_encoder": theirs})
+        client.poll(5.0)
+        assert client.weights_version == 0
+        assert all(torch.equal(policy.policy_state_dict()[k], v) for k, v in before.items())
+    assert len(errors) == 2 and all("\n" not in e and "same frozen_encoder" in e for e in errors)
+    assert sha_b[:12] in errors[0] and policy.frozen_sha[:12] in errors[0]
+    assert "camera images (no frozen encoder)" in errors[1]
+    learner_end.send("weights", weights, {"version": 3, "updates": 1, "frozen_encoder": policy.frozen_sha})
+    client.poll(5.0)
+    assert client.weights_version == 3 and len(errors) == 2
+    torch.testing.assert_close(policy.actor.state_dict(), learner_agent.actor.state_dict())
+
+
+# ------------------------------------------------------------------ robot-rl encoder pretrain
+def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, store, capsys):
+    out = tmp_path / "enc"
+    assert main(["encoder", "pretrain", "--data", str(store), "--out", str(out), "--steps", "5",
+                 "--probe-steps", "5"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    report = json.loads((out / "report.json").read_text())
+    assert printed == report
+    assert set(report["candidates"]) == {"bc", "autoencoder"}
+    losses = {name: c["held_out_loss"] for name, c in report["candidates"].items()}
+    assert report["chosen"] == min(losses, key=losses.get)
+    assert all(np.isfinite(v) for v in losses.values())
+    assert report["held_out_frames"] > 0 and report["frames"] > report["held_out_frames"]
+    encoder = FrozenEncoder.load(out)
+    assert encoder.sha == report["sha"] and encoder.meta["objective"] == report["chosen"]
+    assert encoder.cameras == CAMS and encoder.image_size == SIZE
+    assert list(encoder.feature_shape) == report["feature_shape"]
+    assert encoder.meta["chosen_from"] == ["autoencoder", "bc"] and encoder.meta["data"] == [str(store)]
+
+
+def test_encoder_pretrain_measures_the_classifiers_and_your_resnet18(tmp_path, store, capsys):
+    from robot_rl.agents.encoders import ResNet18Trunk
+    from robot_rl.agents.pretrain import from_classifier
+    from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
+
+    torch.manual_seed(0)
+    classifier = SuccessClassifier(ClassifierConfig(cameras=CAMS, image_size=SIZE, hidden=(16,), features=8))
+    save_classifier(tmp_path / "clf", classifier, Calibration(threshold=0.0, target_fpr=0.01))
+    taken = from_classifier(tmp_path / "clf", CAMS, SIZE)
+    for cam in CAMS:  # the classifier's own conv trunk, frozen
+        for k, v in classifier.encoder.encoders[cam].convnet.state_dict().items():
+            assert torch.equal(taken.backbones[cam].net.state_dict()[k], v)
+    save_file(ResNet18Trunk().state_dict(), str(tmp_path / "resnet18.safetensors"))
+    out = tmp_path / "enc"
+    assert main(["encoder", "pretrain", "--data", str(store), "--out", str(out), "--objective", "bc", "--classifier",
+                 str(tmp_path / "clf"), "--pretrained", str(tmp_path / "resnet18.safetensors"), "--steps", "5",
+                 "--probe-steps", "5"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report["candidates"]) == {"bc", "classifier", "pretrained"}
+    losses = {name: c["held_out_loss"] for name, c in report["candidates"].items()}
+    assert report["chosen"] == min(losses, key=losses.get)
+    assert report["candidates"]["pretrained"]["feature_bytes_per_frame"] == 2 * 2 * 512  # 1x1x512 float16, 2 cameras
+    assert FrozenEncoder.load(out).sha == report["sha"]
+
+
+def test_encoder_pretrain_bad_input_is_one_line_before_any_training(tmp_path, store, capsys, monkeypatch):
+    from robot_rl.agents import pretrain
+    from robot_rl.commands.record import record_rollouts
+    from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a candidate was trained")
+
+    monkeypatch.setattr(pretrain, "train_bc", no_training)
+    monkeypatch.setattr(pretrain, "train_autoencoder", no_training)
+    one = record_rollouts(tmp_path / "one.zarr", "PickCube", 1, noise=0.1, images=True, image_size=SIZE,
+                          cameras=("front",))["path"]
+    failed = record_rollouts(tmp_path / "failed.zarr", "PickCube", 2, noise=1.0, images=True, image_size=SIZE,
+                             cameras=CAMS, keep="failures")["path"]
+    save_classifier(tmp_path / "clf_front", SuccessClassifier(ClassifierConfig(cameras=("front",), image_size=SIZE,
+                                                                               hidden=(16,), features=8)),
+                    Calibration(threshold=0.0, target_fpr=0.01))
+    out = tmp_path / "enc"
+    base = ["encoder", "pretrain", "--out", str(out), "--steps", "5", "--probe-steps", "5"]
+    cases = [
+        (["--data", str(one)], [str(one), "no camera 'wrist'", "--images --cameras"]),
+        (["--data", str(store), "--cameras", "front", "side"], [str(store), "no camera 'side'"]),
+        (["--data", str(one), "--cameras", "front"], ["at least 2 successful episodes"]),
+        (["--data", str(failed)], ["no successful episode"]),
+        (["--data", str(store), "--objective", "contrastive"], ["unknown objective 'contrastive'"]),
+        (["--data", str(store), "--objective", "classifier"], ["--classifier DIR"]),
+        (["--data", str(store), "--pretrained", str(tmp_path / "missing.pt")], ["missing.pt", "not found"]),
+        (["--data", str(store), "--classifier", str(tmp_path / "nothing")], ["nothing"]),
+        (["--data", str(store), "--classifier", str(tmp_path / "clf_front")], ["clf_front", "['front']"]),
+        (["--data", str(tmp_path / "nowhere.zarr")], ["nowhere.zarr"]),
+        (["--data", str(store), "--steps", "0"], ["--steps"]),
+        (["--data", str(store), "--held-out", "1"], ["--held-out"]),
+    ]
+    for args, needles in cases:
+        assert main(base + args) == 2, args
+        one_line_error(capsys, *needles)
+    assert not (out / ENCODER_FILE).exists()
+
+
+# ------------------------------------------------------------------ a tiny frozen-encoder run, end to end
+def test_a_frozen_pixel_run_evaluates_without_its_encoder_folder_and_resumes_only_with_that_encoder(
+        tmp_path, store, capsys):
+    from robot_rl.runtime.checkpoint import load_agent, resolve_checkpoint
+
+    enc = make_encoder(tmp_path / "enc", seed=0)
+    encoder = FrozenEncoder.load(enc)
+    shutil.copytree(enc, tmp_path / "moved")
+    run = tmp_path / "run"
+    assert main(["train", "--task", "PickCube", "--obs", "pixels", "--image-size", "32", "--demos", str(store),
+                 "--frozen-encoder", str(enc), "--steps", "30", "--learner", "inline", "--eval-every", "30",
+                 "--eval-episodes", "1", "--final-eval-episodes", "1", "--pretrain-steps", "10",
+                 "--critic-warmup-steps", "10", "--batch-size", "32", "--no-progress", "--run-dir", str(run),
+                 "--agent", "hidden=[64,64]"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["env_steps"] == 30 and summary["demos"] == 4
+    ckpt = resolve_checkpoint(run)
+    # the replay holds the encoder's float16 features, and says whose
+    replay = load_replay(ckpt, encoder.sha)
+    assert len(replay.online) == 30 and len(replay.demo) > 0
+    for buf in (replay.online, replay.demo):
+        assert buf.features == encoder.sha
+        assert buf.obs_spec["front"] == ((1, 1, 32), np.dtype(np.float16))
+    # the checkpoint holds the frozen backbone itself
+    agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False)
+    assert agent.frozen_sha == encoder.sha
+    for k, v in encoder.backbones.state_dict().items():
+        assert torch.equal(agent.frozen.backbones.state_dict()[k], v)
+    shutil.rmtree(enc)
+    assert main(["eval", "--checkpoint", str(run), "--episodes", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["episodes"] == 1
+    # another encoder, in the run's own folder or given anew: one line, nothing lost
+    make_encoder(enc, seed=1)
+    other = make_encoder(tmp_path / "other", seed=1)
+    assert main(["train", "--resume", str(run), "--steps", "40"]) == 2
+    one_line_error(capsys, str(ckpt), encoder.sha[:12], "use it with its own encoder")
+    assert main(["train", "--resume", str(run), "--steps", "40", "--frozen-encoder", str(other)]) == 2
+    one_line_error(capsys, str(ckpt), encoder.sha[:12])
+    assert resolve_checkpoint(run) == ckpt and len(load_replay(ckpt, encoder.sha).online) == 30
+    # the run's own encoder, moved elsewhere, resumes it
+    assert main(["train", "--resume", str(run), "--steps", "40", "--frozen-encoder", str(tmp_path / "moved")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 40
