@@ -265,7 +265,6 @@ def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc", "a
     if not objectives:
         raise FrozenEncoderError("no candidate encoder: give --objective bc/autoencoder, --classifier DIR or "
                                  "--pretrained FILE")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     frames = load_frames([str(p) for p in data], tuple(cameras))
     train_mask, held_mask = split_episodes(frames, held_out, seed)
     train_rows, held_rows = np.flatnonzero(train_mask), np.flatnonzero(held_mask)

@@ -331,13 +331,16 @@ class MixedReplay:
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
+        self._last_next = None  # the last next_obs encoded: a continuing episode's obs, encoded once
 
     def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
         """Add to the online buffer; human interventions are also kept as demonstrations. A
         takeover that ends mid-episode closes its stretch in the demo buffer (truncated there),
         so the human's next takeover starts a new one instead of joining on to it."""
         if self.encode is not None:
-            obs, next_obs = self.encode(obs), self.encode(next_obs)
+            continuing = self.online.episode_open and (not is_intervention or self.demo.episode_open)
+            obs = self._last_next if continuing and self._last_next is not None else self.encode(obs)
+            next_obs = self._last_next = self.encode(next_obs)
         self.online.add(obs, action, reward, next_obs, terminated, truncated, is_intervention)
         if is_intervention:
             self.demo.add(obs, action, reward, next_obs, terminated, truncated, True)
