@@ -16,7 +16,7 @@
 #      goes on to the end with the classifier of that moment;
 #   5. grade it by ground truth (50 episodes), measure the classifier on the final policy's
 #      rollouts, and write <run>/report.md (curves, both rounds' classifier figures).
-# STEPS (default 20000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
+# STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
 # training steps, OBS=state trains the sim-only state policy (privileged object poses) instead;
 # extra arguments go to `robot-rl train`. STACK=ros trains through the ROS 2 stack instead
 # (`robot-rl launch sim_train`, one round; extra arguments go to it, e.g. learner.utd:=1).
@@ -27,7 +27,7 @@ export MUJOCO_GL="${MUJOCO_GL:-egl}"
 R=.venv/bin/robot-rl
 RUN="runs/main-pickcube-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
-STEPS="${STEPS:-20000}"
+STEPS="${STEPS:-10000}"
 ROUND1=$(( STEPS * 3 / 4 ))
 CAMS="--images --image-size 64 --cameras front wrist side"
 # seed 10000 and noise 0.1 are the takes `--demos 20` would collect in memory (same expert, same seeds)
