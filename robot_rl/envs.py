@@ -21,7 +21,8 @@ class FlatObservation(gym.ObservationWrapper):
     """Dict observation from the contract -> the learner's flat dict."""
 
     def __init__(self, env: gym.Env, mode: str, cameras: tuple[str, ...] | None = None):
-        """``cameras``: the ones the policy reads (default: every camera the env renders)."""
+        """``cameras``: the ones a pixel policy reads (default: every camera the env renders;
+        ignored with ``mode`` state)."""
         super().__init__(env)
         if mode not in OBS_MODES:
             raise ValueError(f"obs mode must be one of {OBS_MODES}, got {mode!r}")
@@ -65,8 +66,7 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
              cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
     """The sim twin wrapped for learning: ``make_cell_env`` behind a ``FlatObservation``."""
-    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs,
-                           tuple(cameras) if obs == "pixels" else None)
+    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs, cameras)
 
 
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),

@@ -144,6 +144,22 @@ def _projection(in_dim: int, out_dim: int) -> nn.Sequential:
 # --------------------------------------------------------------------------- #
 # DrQ conv encoder
 # --------------------------------------------------------------------------- #
+def drq_convnet(channels: int = 32, strides: tuple[int, ...] = (2, 2, 2, 1)) -> nn.Sequential:
+    """DrQ's conv stack: 3x3 convs + ReLU, ``channels`` wide (weights left at torch's init)."""
+    layers: list[nn.Module] = []
+    for i, stride in enumerate(strides):
+        layers += [nn.Conv2d(3 if i == 0 else channels, channels, 3, stride=stride), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def drq_feature_size(image_size, strides: tuple[int, ...]) -> tuple[int, int]:
+    """Height and width of ``drq_convnet``'s feature map (< 1 when the image is too small)."""
+    h, w = (int(n) for n in image_size)
+    for stride in strides:
+        h, w = (h - 3) // stride + 1, (w - 3) // stride + 1
+    return h, w
+
+
 class DrQConvEncoder(nn.Module):
     """DrQ(-v2) encoder: 4 conv3x3 (+ReLU), pooling, projection.
 
@@ -173,12 +189,8 @@ class DrQConvEncoder(nn.Module):
         self.out_dim = out_dim
         self.pooling = pooling
 
-        layers: list[nn.Module] = []
-        fh, fw = self.image_size
-        for i, stride in enumerate(strides):
-            layers += [nn.Conv2d(3 if i == 0 else channels, channels, 3, stride=stride), nn.ReLU()]
-            fh, fw = (fh - 3) // stride + 1, (fw - 3) // stride + 1
-        self.convnet = nn.Sequential(*layers)
+        self.convnet = drq_convnet(channels, strides)
+        fh, fw = drq_feature_size(self.image_size, strides)
         if fh < 1 or fw < 1:
             raise ValueError(f"image_size {self.image_size} is too small for DrQConvEncoder with strides {strides}")
         self.feature_shape = (channels, fh, fw)

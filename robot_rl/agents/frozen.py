@@ -25,7 +25,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from robot_rl.agents.encoders import IMAGENET_MEAN, IMAGENET_STD, ResNet18Trunk, load_resnet18_weights, weight_init
+from robot_rl.agents.encoders import (IMAGENET_MEAN, IMAGENET_STD, ResNet18Trunk, drq_convnet, drq_feature_size,
+                                      load_resnet18_weights, weight_init)
 from robot_rl.errors import UserFacingError
 
 BACKBONES = ("drq", "resnet18")
@@ -39,10 +40,7 @@ class FrozenEncoderError(UserFacingError):
 
 def conv_backbone(channels: int = 32, strides: tuple[int, ...] = (2, 2, 2, 1)) -> nn.Sequential:
     """DrQ's conv stack (3x3 convs + ReLU), the trainable encoder's own trunk."""
-    layers: list[nn.Module] = []
-    for i, stride in enumerate(strides):
-        layers += [nn.Conv2d(3 if i == 0 else channels, channels, 3, stride=stride), nn.ReLU()]
-    net = nn.Sequential(*layers)
+    net = drq_convnet(channels, strides)
     net.apply(weight_init)
     return net
 
@@ -53,8 +51,7 @@ def feature_shape(meta: dict) -> tuple[int, int, int]:
     if meta["backbone"] == "resnet18":
         h, w = ResNet18Trunk.feature_size(h, w)
         return h, w, ResNet18Trunk.out_channels
-    for stride in meta["strides"]:
-        h, w = (h - 3) // stride + 1, (w - 3) // stride + 1
+    h, w = drq_feature_size((h, w), meta["strides"])
     if h < 1 or w < 1:
         raise FrozenEncoderError(f"image size {meta['image_size']} is too small for strides {meta['strides']}")
     return h, w, int(meta["channels"])

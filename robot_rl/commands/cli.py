@@ -442,9 +442,6 @@ def _cmd_encoder(args) -> int:
         raise ValueError("--steps and --probe-steps must be >= 1")
     if not 0.0 < args.held_out < 1.0:
         raise ValueError(f"--held-out is a share of the successful episodes in (0, 1), got {args.held_out}")
-    import torch
-
-    torch.manual_seed(args.seed)
     report = pretrain_encoder(args.data, args.out, cameras=tuple(args.cameras), objectives=tuple(args.objective),
                               classifier=args.classifier, pretrained=args.pretrained, steps=args.steps,
                               probe_steps=args.probe_steps, held_out=args.held_out, seed=args.seed)

@@ -28,8 +28,8 @@ class CheckpointPolicy:
         ckpt = resolve_checkpoint(Path(path))
         trained = read_state(ckpt).get("train_config", {})
         self.agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
-        obs = trained.get("obs", "state")  # the cameras it was trained on, whatever else is recorded
-        self.flat = FlatObservation(env, obs, tuple(self.agent.config.cameras) if obs == "pixels" else None)
+        # the cameras it was trained on, whatever else is recorded
+        self.flat = FlatObservation(env, trained.get("obs", "state"), tuple(self.agent.config.cameras))
         check_compatible(self.agent.config, self.flat, ckpt)
         self.deterministic = deterministic
 

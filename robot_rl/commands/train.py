@@ -259,8 +259,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
     cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
-    env = FlatObservation(cell, cfg.obs, cfg.cameras if cfg.obs == "pixels" else None)  # what the policy sees;
-    # the (simulated) human sees the cell
+    env = FlatObservation(cell, cfg.obs, cfg.cameras)  # what the policy sees; the (simulated) human sees the cell
     eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)  # graded by ground truth
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
