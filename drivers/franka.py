@@ -126,6 +126,7 @@ class FrankaArm:
         self.control_hz = limits.control_hz
         self.rng = np.random.default_rng(seed)
         self.episode = 0
+        self.reads = 0  # robot states read
         self.faults: list[Fault] = []
         self.counts = {"commands": 0, "commands_failed": 0, "faults": 0, "recoveries": 0, "reconnects": 0,
                        "gripper_commands": 0}
@@ -137,8 +138,6 @@ class FrankaArm:
         self._reference_rot = quat_to_matrix(np.asarray(start_pose(np.random.default_rng(0))[1], np.float64))
         self._state = np.zeros(STATE_DIM, np.float32)
         self._joints = (np.zeros(7), np.zeros(7))
-        self._motion_onset: tuple[float, np.ndarray] | None = None  # (when commanded, unit direction)
-        self.onset_latencies_s: list[float] = []
         self.robot, self.gripper = _connect(settings)
         self._configure()
         self._read()
@@ -211,8 +210,8 @@ class FrankaArm:
         state[STATE_SLICES["ee_torque"]] = wrench[3:]
         self._state = state
         self._joints = (np.asarray(rs.q, np.float64), np.asarray(rs.dq, np.float64))
-        self.robot_time_s = rs.time.to_sec()
-        self._check_onset(state)
+        self.robot_time_s = rs.time.to_sec()  # the robot's own clock
+        self.reads += 1
 
     def refresh(self) -> np.ndarray:
         """Read the robot now (a fault is reported; the last state is kept)."""
@@ -246,7 +245,6 @@ class FrankaArm:
                                                 duration=franky.Duration(duration_ms))
         with self._lock:
             try:
-                self._note_onset(linear)
                 self.robot.move(motion, asynchronous=True)
                 self.counts["commands"] += 1
                 if self.uses_gripper:
@@ -350,20 +348,6 @@ class FrankaArm:
             if self._recovering is not None:
                 raise FrankaConnectionError(f"the Franka at {self.settings.robot_ip} is still faulted: "
                                             f"{self.faults[-1].message if self.faults else 'recovering'}")
-
-    # ---- command-to-motion latency (bench) ----------------------------------------------
-    def _note_onset(self, linear: np.ndarray) -> None:
-        speed = float(np.linalg.norm(linear))
-        moving = float(np.linalg.norm(self._state[STATE_SLICES["tcp_linvel"]]))
-        if speed > 1e-3 and moving < 0.05 * speed and self._motion_onset is None:
-            self._motion_onset = (time.perf_counter(), linear / speed, speed)
-
-    def _check_onset(self, state: np.ndarray) -> None:
-        if self._motion_onset is not None:
-            start, direction, speed = self._motion_onset
-            if float(state[STATE_SLICES["tcp_linvel"]] @ direction) >= 0.1 * speed:
-                self.onset_latencies_s.append(time.perf_counter() - start)
-                self._motion_onset = None
 
     # ---- status ------------------------------------------------------------------------
     def status(self) -> dict:

@@ -40,6 +40,71 @@ def serve(host: str, ready=lambda host: None, stop: threading.Event | None = Non
                 server.run_once(realtime=True)
 
 
+def free_loopback() -> str:
+    """A 127.x.y.z whose libfranka ports (1337 robot, 1338 gripper) are free."""
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(50):
+        host = f"127.{rng.randint(1, 254)}.{rng.randint(1, 254)}.{rng.randint(1, 254)}"
+        try:
+            for port in (1337, 1338):
+                with socket.socket() as s:
+                    s.bind((host, port))
+            return host
+        except OSError:
+            continue
+    raise RuntimeError("no free loopback address for a franky-sim server")
+
+
+class ServerProcess:
+    """This module as a subprocess serving on ``host``: ``start()`` returns once it serves (its
+    "ready" line), ``stop()`` ends it (SIGTERM, then SIGKILL). For tests and benchmarks."""
+
+    def __init__(self, host: str | None = None):
+        self.host = host or free_loopback()
+        self.proc = None
+        self.output: list[str] = []
+
+    def start(self, timeout_s: float = 120.0) -> "ServerProcess":
+        import subprocess
+
+        ready = threading.Event()
+        self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.franka_sim_node", "--host", self.host],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def pump(stream):
+            for line in stream:
+                self.output.append(line)
+                if line.startswith("ready"):
+                    ready.set()
+            ready.set()  # it exited: reported below
+
+        threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()
+        if not ready.wait(timeout_s) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"franky-sim did not start on {self.host}:\n{''.join(self.output)[-2000:]}")
+        return self
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 @dataclass
 class FrankaSimConfig:
     robot_ip: str = "127.0.0.2"  # the loopback address to serve the libfranka protocol on

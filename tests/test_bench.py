@@ -201,6 +201,10 @@ def test_ros_bench_quick_gives_every_figure():
             assert value is not None and value > 0, (name, kind, value)
         assert figures[f"transitions_received_{kind}"] > 0
         assert figures[f"loop_period_ms_mean_{kind}"] > 50  # paced by the arm's 10 Hz ticks
+    # the Franka backend against franky-sim: every motion onset seen, nothing dropped
+    assert figures["franka_motion_onsets"] == 6 and figures["franka_commands_dropped"] == 0
+    assert 0 < figures["franka_command_to_motion_ms_p50"] <= figures["franka_command_to_motion_ms_p99"]
+    assert figures["franka_state_rate_hz"] > 10 and figures["franka_loop_jitter_ms_p99"] >= 0
 
 
 def test_hil_bench_quick_gives_every_figure():

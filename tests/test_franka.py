@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("franky", reason="the franka extra (franky-control) is not installed")
 pytest.importorskip("franky_sim", reason="franky-sim is not installed")
 
-from helpers.franka_sim import FrankaSimServer, free_loopback  # noqa: E402
-
 from robot_rl.contract import STATE_SLICES, ControlLimits, SafetyBox  # noqa: E402
 from robot_rl.drivers.arm import ArmSupervisor  # noqa: E402
 from robot_rl.drivers.franka import FrankaArm, FrankaConnectionError, FrankaSettings  # noqa: E402
+from robot_rl.drivers.franka_sim_node import ServerProcess as FrankaSimServer  # noqa: E402
+from robot_rl.drivers.franka_sim_node import free_loopback  # noqa: E402
 
 HOME_JOINTS = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 START = np.array([0.45, 0.0, 0.3])

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20)
-QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5)
+FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300)
+QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60)
 THROUGHPUT_IMAGE = 128
 
 
@@ -236,6 +236,9 @@ def run(quick: bool = False, log=print) -> dict:
             figures.update(control_loop(kind, p, domain, Path(tmp), log, latency_ms))
             figures.update(control_loop(kind, p, domain, Path(tmp), log, 0.0))
             figures.update(learner_link(kind, p, domain, Path(tmp), log))
+    from robot_rl.bench import franka
+
+    figures.update(franka.run(p["franka_periods"], log))
     figures["notes"] = [
         "DDS: Fast DDS over loopback (ROS 2 Kilted wheels from PyPI); arm, cameras and learner side in their own "
         "processes on this 2-core machine",
@@ -244,6 +247,9 @@ def run(quick: bool = False, log=print) -> dict:
         "share (last input received -> action computed)",
         f"actor_node's default: each command leaves {latency_ms:g} ms after its observation's arm tick (constant "
         "delay, regular rate); the _asap_ figures send each command the moment it is ready",
+        "franka_*: the arm node's command path (supervisor -> FrankaArm -> franky-control) against franky-sim's "
+        "libfranka server in its own process on loopback, not over DDS and not on a physical arm; franky-sim may "
+        "run slower than real time on a loaded machine",
         "transitions: pixels = obs and next_obs with two 128x128 RGB images each, state = state vectors (wire "
         "frames, safetensors)",
     ]

@@ -1,0 +1,78 @@
+"""The Franka backend's figures (part of ``robot-rl bench ros``): the arm node's code path for a
+velocity command (``ArmSupervisor`` -> ``FrankaArm`` -> franky-control -> libfranka protocol)
+against franky-sim's server in its own process on loopback, paced by a wall-clock control loop
+at the contract's 10 Hz as the arm node's timer is.
+
+- command_to_motion: a velocity command arriving while the arm is at rest -> the first robot
+  state whose TCP velocity along the command reaches 10% of the commanded speed. The states
+  are read continuously between control periods.
+- state_rate: robot states read per second (each read waits for the robot's next 1 kHz packet,
+  and reads the gripper too).
+- loop_jitter: |interval between control periods - 100 ms|, p99.
+- commands_dropped: commands the backend did not get to the robot (failed or never sent).
+
+Not over DDS: the command's DDS hop is the control-loop figures' part of this benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from robot_rl.contract import STATE_SLICES, ControlLimits
+
+
+def run(periods: int = 200, log=print) -> dict:
+    from robot_rl.drivers.arm import ArmSupervisor
+    from robot_rl.drivers.franka import FrankaArm, FrankaSettings
+    from robot_rl.drivers.franka_sim_node import ServerProcess
+    from robot_rl.sim.tasks import get_task
+
+    task = get_task("PickCube")
+    limits = ControlLimits()
+    period = 1.0 / limits.control_hz
+    start = (np.asarray(task.home_tcp_pos), np.array([0.0, 1.0, 0.0, 0.0]))
+    latencies, intervals = [], []
+    with ServerProcess() as server:
+        arm = FrankaArm(FrankaSettings(server.host, realtime_kernel=False), task.safety_box, task.home_joints,
+                        lambda rng: start, limits)
+        try:
+            arm.reset()
+            supervisor = ArmSupervisor(limits, task.safety_box)
+            reads0, t0 = arm.reads, time.perf_counter()
+            deadline = t0
+            last_start = None
+            for k in range(periods):
+                moving = (k % 10) < 5  # 5 periods moving, 5 at rest
+                sign = 1.0 if (k // 10) % 2 == 0 else -1.0
+                command = np.array([0.0, 0.5 * sign, 0.0, 0.0, 0.0, 0.0]) if moving else np.zeros(6)
+                now = time.perf_counter()
+                if last_start is not None:
+                    intervals.append(now - last_start)
+                last_start = received = now
+                supervisor.command_velocity(command)
+                arm.apply(supervisor.action(arm.state()))
+                onset = moving and k % 10 == 0
+                speed = 0.5 * limits.max_translation_m / period
+                deadline += period
+                while time.perf_counter() < deadline:
+                    state = arm.refresh()
+                    if onset and state[STATE_SLICES["tcp_linvel"]][1] * sign >= 0.1 * speed:
+                        latencies.append(time.perf_counter() - received)
+                        onset = False
+            elapsed = time.perf_counter() - t0
+            reads = arm.reads - reads0
+            dropped = arm.counts["commands_failed"] + (periods - arm.counts["commands"])
+            faults = arm.counts["faults"]
+        finally:
+            arm.close()
+    lat = np.asarray(latencies) * 1000
+    jitter = np.abs(np.asarray(intervals) - period) * 1000
+    log(f"franka: {len(lat)} motion onsets, {reads} states in {elapsed:.1f} s")
+    return {"franka_command_to_motion_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+            "franka_command_to_motion_ms_p99": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
+            "franka_motion_onsets": len(lat),
+            "franka_state_rate_hz": round(reads / elapsed, 1),
+            "franka_loop_jitter_ms_p99": round(float(np.percentile(jitter, 99)), 2),
+            "franka_commands_dropped": int(dropped), "franka_faults": int(faults), "franka_periods": periods}
