@@ -29,7 +29,7 @@ from robot_rl.contract import ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.drivers import topics
 from robot_rl.drivers.actor_io import ArmMode, EpisodeSink, OperatorEvents, Teleop
-from robot_rl.drivers.node import declare_config, run_loop, status_json
+from robot_rl.drivers.node import apply_task_file, declare_config, run_loop, status_json
 from robot_rl.drivers.ros_env import RosArmEnv
 from robot_rl.drivers.ros_transport import actor_endpoint
 from robot_rl.envs import FlatObservation
@@ -38,7 +38,9 @@ from robot_rl.envs import FlatObservation
 class ActorNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__("actor", **node_kwargs)
-        self.cfg = cfg = declare_config(self, ActorNodeConfig)
+        # a task file sets the task, rate, image size and (unless given) the classifier
+        cfg, task = apply_task_file(declare_config(self, ActorNodeConfig))
+        self.cfg = cfg
         if cfg.run_dir:
             write_config_json(f"{cfg.run_dir}/actor_config.json", cfg)
         if cfg.policy not in POLICIES or cfg.keep not in ("all", "successes"):
@@ -49,7 +51,7 @@ class ActorNode(Node):
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
         # every camera is subscribed and recorded; a state policy does not see them
-        self.ros_env = env = RosArmEnv(self, cfg.task, tuple(cfg.cameras), tuple(cfg.image_size), sim=cfg.sim,
+        self.ros_env = env = RosArmEnv(self, task, tuple(cfg.cameras), tuple(cfg.image_size), sim=cfg.sim,
                                        privileged=cfg.sim, limits=ControlLimits(control_hz=cfg.control_hz),
                                        max_episode_steps=cfg.max_episode_steps or None,
                                        command_latency_s=cfg.command_latency_ms / 1e3)

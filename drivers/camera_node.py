@@ -9,6 +9,7 @@ frames show what the arm did, with the latency a rendering pipeline has.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from std_msgs.msg import Float64MultiArray, String
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.drivers.camera import CameraError, RealSenseCamera, SimCamera
-from robot_rl.drivers.node import declare_config, run, status_json
+from robot_rl.drivers.node import apply_task_file, declare_config, run, status_json
 
 
 @dataclass
@@ -35,6 +36,19 @@ class CameraNodeConfig:
     sensor_height: int = 480
     fps: int = 30
     crop: str = ""  # realsense: "top,left,height,width" of the sensor image, before the resize
+    task_file: str = ""  # a real cell's task file: this camera's entry there sets serial, crop, height, width
+
+
+def apply_camera_spec(cfg: CameraNodeConfig) -> CameraNodeConfig:
+    """With a task file: this camera's entry (by ``name``) sets the published size, and the serial
+    and crop where it gives them; the task's name replaces ``task``. Without one: ``cfg`` as it is."""
+    if not cfg.task_file:
+        return cfg
+    cfg, task = apply_task_file(cfg)
+    spec = task.camera(cfg.name)
+    return dataclasses.replace(cfg, serial=spec.serial or cfg.serial,
+                               crop=",".join(map(str, spec.crop)) if spec.crop else cfg.crop,
+                               height=spec.resize[0], width=spec.resize[1])
 
 
 class CameraNode(Node):
@@ -43,7 +57,7 @@ class CameraNode(Node):
 
     def __init__(self, camera=None, **node_kwargs):
         super().__init__("camera", **node_kwargs)
-        self.cfg = cfg = declare_config(self, CameraNodeConfig)
+        self.cfg = cfg = apply_camera_spec(declare_config(self, CameraNodeConfig))
         self.size = (cfg.height, cfg.width)
         self.pub_image = self.create_publisher(Image, topics.camera_image(cfg.name), topics.qos_sensor())
         self.pub_info = self.create_publisher(CameraInfo, topics.camera_info(cfg.name), topics.qos_sensor())

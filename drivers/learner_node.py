@@ -21,7 +21,7 @@ import rclpy
 import torch
 from rclpy.node import Node
 
-from robot_rl.drivers.node import declare_config, run_loop
+from robot_rl.drivers.node import apply_task_file, declare_config, run_loop
 from robot_rl.drivers.ros_transport import learner_endpoint
 from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, latest_checkpoint, list_checkpoints,
@@ -51,10 +51,12 @@ def load_online_store(path: str, env, task: str, replay) -> dict:
 class LearnerNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__("learner", **node_kwargs)
-        self.cfg = cfg = declare_config(self, LearnerNodeConfig)
+        # a task file sets the task and the image size
+        cfg, task = apply_task_file(declare_config(self, LearnerNodeConfig))
+        self.cfg = cfg
         torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.env = spec_env(cfg.task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
+        self.env = spec_env(task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
         self.run_dir = Path(cfg.run_dir)
         write_config_json(self.run_dir / "learner_config.json", cfg)
         self.endpoint = learner_endpoint(self)

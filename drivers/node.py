@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 import typing
+from pathlib import Path
 
 
 def declare_config(node, config_cls):
@@ -61,19 +62,63 @@ def _declare_array(node, name: str, default: list, element: type, descriptor) ->
     return list(value)
 
 
+def apply_task_file(cfg):
+    """``(cfg, task)``: a node's task (``robot_rl.cell.resolve_task``: its ``task_file`` when one
+    is given, else the sim task ``task`` names) and its config with what the task file sets, for
+    the fields the config has: ``task`` (the file's name), ``control_hz``, ``image_size`` (what the
+    file's cameras publish; every camera in ``cameras`` must be in the file) and
+    ``reward_classifier`` (the file's classifier, when none is given). Without a task file the
+    config is returned as it is."""
+    from robot_rl.cell import TaskFileError, resolve_task
+
+    task = resolve_task(cfg.task, cfg.task_file)
+    if not cfg.task_file:
+        return cfg, task
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    changes = {"task": task.name}
+    if "control_hz" in fields:
+        changes["control_hz"] = task.control_hz
+    if "cameras" in fields:
+        for name in cfg.cameras:
+            task.camera(name)
+        changes["image_size"] = task.image_size
+    if "reward_classifier" in fields and not cfg.reward_classifier and task.classifier:
+        if not Path(task.classifier).exists():
+            raise TaskFileError(f"{task.path}: classifier: no folder {task.classifier} (robot-rl classifier train "
+                                "... --out DIR makes one)")
+        changes["reward_classifier"] = task.classifier
+    return dataclasses.replace(cfg, **changes), task
+
+
 def status_json(**fields) -> str:
     return json.dumps(fields, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
 
 
+def refuse(err: Exception) -> None:
+    """A configuration the node refuses (bad parameters, a bad task file): one line naming the
+    program, and exit status 2 (a supervisor does not restart it: restarting would not fix it)."""
+    import rclpy
+
+    rclpy.try_shutdown()
+    print(f"{Path(sys.argv[0]).stem}: error: {err}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def run(node_factory, args=None) -> None:
-    """rclpy.init, build the node, spin; SIGTERM and Ctrl-C end it cleanly (``close()`` if any)."""
+    """rclpy.init, build the node, spin; SIGTERM and Ctrl-C end it cleanly (``close()`` if any). A
+    configuration the node refuses while it is built is one line and exit status 2 (``refuse``)."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
+
+    from robot_rl.errors import UserFacingError
 
     rclpy.init(args=args if args is not None else sys.argv)  # installs SIGINT and SIGTERM handlers
     node = None
     try:
-        node = node_factory()
+        try:
+            node = node_factory()
+        except (UserFacingError, ValueError) as err:  # a configuration it refuses: one line, exit status 2
+            refuse(err)
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -128,7 +173,6 @@ def run_loop(node_factory, args=None) -> None:
     configuration the node refuses (bad parameters) is one line and exit status 2 (a supervisor
     does not restart it: restarting would not fix it)."""
     import threading
-    from pathlib import Path
 
     import rclpy
 
@@ -138,9 +182,7 @@ def run_loop(node_factory, args=None) -> None:
     try:
         node = node_factory()
     except (UserFacingError, ValueError) as err:
-        rclpy.try_shutdown()
-        print(f"{Path(sys.argv[0]).stem}: error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse(err)
     executor = spin_in_background(node)
     stop = threading.Event()
     try:

@@ -18,7 +18,7 @@ from std_msgs.msg import String, UInt8MultiArray
 
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
-from robot_rl.drivers.node import declare_config, run, status_json
+from robot_rl.drivers.node import apply_task_file, declare_config, run, status_json
 
 
 @dataclass
@@ -30,21 +30,24 @@ class RecorderNodeConfig:
     privileged: bool = True  # sim: keep the object poses (state policies, evaluation)
     control_hz: float = 10.0
     image_codec: str = "lossless"
+    task_file: str = ""  # a real cell's task file: its name, rate and image size replace task, control_hz, image_size
 
 
-def open_store(cfg: RecorderNodeConfig):
-    """The store at ``cfg.path``, created for this cell's contract if it does not exist."""
+def open_store(cfg: RecorderNodeConfig, task=None):
+    """The store at ``cfg.path``, created for this cell's contract if it does not exist; ``task``:
+    a ``robot_rl.cell.CellTask`` (default: the sim task ``cfg.task``)."""
     from robot_rl.data.recorder import store_fields
     from robot_rl.data.store import EpisodeStore
     from robot_rl.envs import SpecEnv
 
     path = Path(cfg.path)
     if not path.exists():  # created aside and renamed into place: a reader never sees half a store
-        spec = SpecEnv(cfg.task, tuple(cfg.cameras), tuple(cfg.image_size), cfg.privileged)
+        spec = SpecEnv(task or cfg.task, tuple(cfg.cameras), tuple(cfg.image_size), cfg.privileged)
         fields, cams = store_fields(spec.observation_space, spec.action_space.shape[0])
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        EpisodeStore.create(tmp, fields, task=cfg.task, robot="panda", control_hz=cfg.control_hz, cameras=cams,
+        robot = getattr(task, "robot", "panda")  # the sim twin's arm is a Panda
+        EpisodeStore.create(tmp, fields, task=cfg.task, robot=robot, control_hz=cfg.control_hz, cameras=cams,
                             images=cfg.image_codec, source="ros_actor")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -57,8 +60,8 @@ def open_store(cfg: RecorderNodeConfig):
 class RecorderNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__("recorder", **node_kwargs)
-        self.cfg = declare_config(self, RecorderNodeConfig)
-        self.store = open_store(self.cfg)
+        self.cfg, task = apply_task_file(declare_config(self, RecorderNodeConfig))
+        self.store = open_store(self.cfg, task)
         self.drops = msgs.DropCounter(self.get_logger().warning)
         self.pub_status = self.create_publisher(String, "recorder/status", topics.qos_latched())
         self.create_subscription(UInt8MultiArray, topics.EPISODES, self.on_episode, topics.qos_data(100))

@@ -157,7 +157,7 @@ def reset_state_stamp(message: str) -> int:
 class RosArmEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, node, task: str = "PickCube", cameras: tuple[str, ...] = (), image_size=(128, 128),
+    def __init__(self, node, task="PickCube", cameras: tuple[str, ...] = (), image_size=(128, 128),
                  sim: bool = True, privileged: bool = False, limits: ControlLimits = ControlLimits(),
                  max_episode_steps: int | None = None, max_frame_lag_s: float | None = None,
                  stale_timeout_s: float = 5.0, command_latency_s: float = 0.0, log=None):
@@ -169,7 +169,8 @@ class RosArmEnv(gym.Env):
         from robot_rl.sim.tasks import get_task
 
         self.node, self.limits = node, limits
-        self.task = get_task(task)
+        # a sim task's name or a task object (robot_rl.cell.CellTask: a real cell's task file)
+        self.task = get_task(task) if isinstance(task, str) else task
         self.cameras = tuple(cameras)
         self.image_size = (int(image_size[0]), int(image_size[1]))
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps

@@ -260,7 +260,16 @@ POLICIES = ("learner", "expert", "teleop")
 
 
 @dataclass
-class ActorNodeConfig(RewardConfig, PolicyConfig, CellConfig):
+class TaskFileConfig:
+    """A real cell's task (the nodes; robot_rl.drivers.node.apply_task_file reads it)."""
+
+    task_file: str = setting("", "a real cell's task file (robot_rl/cell.py; examples in robot_rl/tasks/): its name, "
+                                 "rate, cameras and classifier replace task, control_hz, image_size and an empty "
+                                 "reward_classifier; empty: the sim task named by task")
+
+
+@dataclass
+class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
     """``actor_node``: the policy acting on the robot at the control rate."""
 
     sim: bool = setting(True, "the arm is the twin: ground-truth success and object poses are published")
@@ -283,7 +292,7 @@ class ActorNodeConfig(RewardConfig, PolicyConfig, CellConfig):
 
 
 @dataclass
-class LearnerNodeConfig(LearningConfig, PolicyConfig, CellConfig):
+class LearnerNodeConfig(TaskFileConfig, LearningConfig, PolicyConfig, CellConfig):
     """``learner_node``: SAC/RLPD updates from the actors' transitions."""
 
     run_dir: str = setting("runs/ros-train", "checkpoints and learner_config.json")

@@ -107,11 +107,13 @@ class SpecEnv(gym.Env):
     learner on another machine needs to shape its buffers and networks (and what store checks
     compare against)."""
 
-    def __init__(self, task: str, cameras: tuple[str, ...] = (), image_size=(64, 64), privileged: bool = False):
+    def __init__(self, task, cameras: tuple[str, ...] = (), image_size=(64, 64), privileged: bool = False):
+        """``task``: a sim task's name, or a task object (a ``robot_rl.cell.CellTask``: a real
+        cell's task file, which has object poses only when it names a sim task)."""
         from robot_rl import contract
         from robot_rl.sim.tasks import get_task
 
-        self.task = get_task(task)
+        self.task = get_task(task) if isinstance(task, str) else task
         self.cameras = tuple(cameras)
         self.observation_space = contract.observation_space(tuple(image_size) if self.cameras else None, self.cameras,
                                                             self.task.privileged_sizes() if privileged else None)
@@ -124,7 +126,7 @@ class SpecEnv(gym.Env):
         raise RuntimeError("SpecEnv only describes spaces; it has no robot to step")
 
 
-def spec_env(task: str, obs: str = "state", cameras: tuple[str, ...] = ("front", "wrist"), image_size=(64, 64)) -> FlatObservation:
+def spec_env(task, obs: str = "state", cameras: tuple[str, ...] = ("front", "wrist"), image_size=(64, 64)) -> FlatObservation:
     """The learner's view of a cell without the cell: state mode needs the sim's object poses,
     pixel mode the cameras."""
     return FlatObservation(SpecEnv(task, cameras if obs == "pixels" else (), image_size, privileged=obs == "state"), obs)
