@@ -1,7 +1,13 @@
 """``arm_node``: the arm behind ROS 2 topics, stepping at the control rate.
 
 Backend ``sim``: the twin, stepped in real time (one control period of physics per timer tick,
-its impedance controller inside), or with ``lockstep`` once per actor command (reproducible). A real arm backend serves the same topics (see topics.py).
+its impedance controller inside), or with ``lockstep`` once per actor command (reproducible).
+Backend ``franka``: a Franka through franky-control (``drivers/franka.py``) at ``robot_ip``; its
+velocity commands are streamed to the robot the moment they arrive (and renewed each tick); the
+e-stop stops the robot at once, even during a reset's motion; a fault (reflex, lost connection)
+is logged, counted and reported on ``arm/status`` while the backend recovers. Both serve the
+same topics (see topics.py); the task (workspace box, home joints, start pose, control rate)
+comes from ``task_file`` or the sim task ``task`` names.
 Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box, watchdog,
 latched e-stop, the operator's teleop action first while they intervene); malformed commands
 are dropped and counted, never fatal. Each tick also reports the action it executed and
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float32, Float32MultiArray, Float64MultiArray, String
@@ -30,7 +37,8 @@ from robot_rl.contract import STATE_SLICES, ControlLimits
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.drivers.arm import ArmSupervisor, SimArm
-from robot_rl.drivers.node import declare_config, run, status_json
+from robot_rl.drivers.franka import DEFAULT_FORCE_THRESHOLDS, DEFAULT_TORQUE_THRESHOLDS
+from robot_rl.drivers.node import apply_task_file, declare_config, run, status_json
 
 
 @dataclass
@@ -48,22 +56,55 @@ class ArmNodeConfig:
     # sim only: the twin advances one control period per actor command (velocity + gripper)
     # instead of on a timer, so a run is reproducible step for step (the arm waits for the actor)
     lockstep: bool = False
+    task_file: str = ""  # a real cell's task file: workspace box, home joints, start pose, control rate
+    # franka: the robot (franky-control); see drivers/franka.py FrankaSettings
+    robot_ip: str = ""  # the FCI address of the arm (e.g. 172.16.0.2)
+    velocity_factor: float = 0.3  # fractions of the Franka's velocity / acceleration / jerk limits
+    acceleration_factor: float = 0.3
+    jerk_factor: float = 0.3
+    torque_thresholds: tuple[float, ...] = DEFAULT_TORQUE_THRESHOLDS  # collision reflex, Nm per joint
+    force_thresholds: tuple[float, ...] = DEFAULT_FORCE_THRESHOLDS  # collision reflex, N / Nm (x y z rx ry rz)
+    home_joints: tuple[float, ...] = ()  # empty: the task's
+    grasp_force: float = 20.0  # N
+    gripper_speed: float = 0.1  # m/s
+    realtime_kernel: bool = True  # false only for a simulator (franky-sim); a real arm needs a real-time kernel
+    connect_timeout_s: float = 5.0
 
 
-def make_backend(cfg: ArmNodeConfig):
+BACKENDS = ("sim", "franka")
+
+
+def make_backend(cfg: ArmNodeConfig, task):
+    limits = ControlLimits(control_hz=cfg.control_hz)
     if cfg.backend == "sim":
-        return SimArm(cfg.task, cfg.sim_engine, cfg.seed, ControlLimits(control_hz=cfg.control_hz))
-    raise ValueError(f"unknown arm backend {cfg.backend!r}; available: sim (real arms implement drivers.arm.ArmBackend)")
+        return SimArm(cfg.task, cfg.sim_engine, cfg.seed, limits)
+    if cfg.backend == "franka":
+        from robot_rl.drivers.franka import FrankaArm, FrankaSettings
+
+        settings = FrankaSettings(cfg.robot_ip, cfg.velocity_factor, cfg.acceleration_factor, cfg.jerk_factor,
+                                  tuple(cfg.torque_thresholds), tuple(cfg.force_thresholds), cfg.gripper_speed,
+                                  cfg.grasp_force, cfg.realtime_kernel, cfg.connect_timeout_s)
+        return FrankaArm(settings, task.workspace, tuple(cfg.home_joints) or task.home_joints, task.sample_start,
+                         limits, task.uses_gripper, cfg.seed)
+    raise ValueError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
+                     "drivers.arm.ArmBackend)")
 
 
 class ArmNode(Node):
     def __init__(self):
         super().__init__("arm")
-        self.cfg = cfg = declare_config(self, ArmNodeConfig)
+        self.cfg, task = apply_task_file(declare_config(self, ArmNodeConfig))
+        cfg = self.cfg
         self.limits = ControlLimits(control_hz=cfg.control_hz)
         if cfg.lockstep and cfg.backend != "sim":
             raise ValueError("lockstep:=true is for the sim twin only: a real arm keeps its own clock")
-        self.backend = make_backend(cfg)
+        if cfg.backend == "sim" and cfg.task_file:
+            raise ValueError("task_file is for a real arm (a cell with no simulator behind it); the sim backend runs "
+                             "the sim task named by task")
+        self.backend = make_backend(cfg, task)
+        # a backend that streams commands (a real arm) executes one the moment it arrives
+        self.streaming = cfg.backend != "sim"
+        self.backend_faults = 0
         self.backend.reset()
         self.supervisor = ArmSupervisor(self.limits, self.backend.safety_box, cfg.watchdog_periods,
                                         operator_timeout_s=cfg.operator_timeout_s if cfg.require_operator else None)
@@ -82,7 +123,10 @@ class ArmNode(Node):
         self.create_subscription(TwistStamped, topics.VELOCITY_COMMAND, self.on_velocity, 10)
         self.create_subscription(PoseStamped, topics.POSE_COMMAND, self.on_pose, 10)
         self.create_subscription(Float32, topics.GRIPPER_COMMAND, self.on_gripper, 10)
-        self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
+        # its own callback group: with the node spun by two threads, an e-stop is handled while a
+        # reset's motion (seconds on a real arm) or a tick is still running
+        self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched(),
+                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.on_teleop_action, topics.qos_sensor())
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, lambda m: self.supervisor.set_intervening(m.data), 10)
         self.create_subscription(Empty, topics.TELEOP_HEARTBEAT, lambda m: self.supervisor.operator_heartbeat(),
@@ -110,6 +154,8 @@ class ArmNode(Node):
             return self.drops.drop("velocity command", str(e))
         self.supervisor.command_velocity(delta)
         self.lockstep_tick("velocity")
+        if self.streaming:
+            self.execute()
 
     def on_pose(self, msg):
         try:
@@ -141,10 +187,14 @@ class ArmNode(Node):
     def on_estop(self, msg):
         if msg.data and not self.supervisor.estopped:
             self.supervisor.estop()
+            if hasattr(self.backend, "halt"):
+                self.backend.halt()
             self.get_logger().error("E-STOP: holding position until arm/release_estop is called")
             self.publish_status()
 
     def on_release(self, request, response):
+        if hasattr(self.backend, "release"):
+            self.backend.release()
         self.supervisor.release()
         self.get_logger().warning("e-stop released")
         self.publish_status()
@@ -159,7 +209,14 @@ class ArmNode(Node):
             response.success = False
             response.message = f"{topics.RESET_REFUSED_NO_OPERATOR}: the teleop node's heartbeat is missing"
             return response
-        self.backend.reset()
+        try:
+            self.backend.reset()
+        except Exception as e:  # noqa: BLE001 - a real arm's reset can fail (e-stop, fault): say so
+            response.success = False
+            response.message = f"reset failed: {e}" + (" (e-stopped)" if self.supervisor.estopped else "")
+            self.get_logger().error(response.message)
+            self.publish_status()
+            return response
         self.supervisor.reset()
         self.commanded.clear()
         self.last_mode = self.supervisor.mode
@@ -171,12 +228,23 @@ class ArmNode(Node):
         return response
 
     # ---- control loop --------------------------------------------------------------
-    def tick(self):
+    def execute(self) -> None:
+        """The supervisor's action for now, to the backend."""
         action = self.supervisor.action(self.backend.state())
         self.backend.apply(action)
         self.applied = (action, self.supervisor.mode == "teleop")
+
+    def tick(self):
+        self.execute()
         self.ticks += 1
         self.publish_state()
+        faults = getattr(self.backend, "counts", {}).get("faults", 0)
+        if faults != self.backend_faults:
+            self.backend_faults = faults
+            fault = self.backend.status()["last_fault"]
+            self.get_logger().error(f"{self.cfg.backend} fault ({fault['kind']}): {fault['message']}; holding, "
+                                    "recovering")
+            self.publish_status()
         if self.supervisor.mode != self.last_mode or self.ticks % int(self.cfg.control_hz) == 0:
             if self.supervisor.mode == "watchdog" and self.last_mode not in ("watchdog", "operator_lost"):
                 self.get_logger().warning("no command for "
@@ -220,14 +288,16 @@ class ArmNode(Node):
         self.pub_status.publish(String(data=status_json(mode=s.mode, estopped=s.estopped, ticks=self.ticks,
                                                         operator_required=self.cfg.require_operator,
                                                         operator_present=s.operator_present,
-                                                        counts=s.counts, dropped=self.drops.counts)))
+                                                        counts=s.counts, dropped=self.drops.counts,
+                                                        backend=self.backend.status()
+                                                        if hasattr(self.backend, "status") else None)))
 
     def close(self):
         self.backend.close()
 
 
 def main(args=None) -> None:
-    run(ArmNode, args)
+    run(ArmNode, args, threads=2)
 
 
 if __name__ == "__main__":

@@ -104,9 +104,10 @@ def refuse(err: Exception) -> None:
     sys.exit(2)
 
 
-def run(node_factory, args=None) -> None:
+def run(node_factory, args=None, threads: int = 1) -> None:
     """rclpy.init, build the node, spin; SIGTERM and Ctrl-C end it cleanly (``close()`` if any). A
-    configuration the node refuses while it is built is one line and exit status 2 (``refuse``)."""
+    configuration the node refuses while it is built is one line and exit status 2 (``refuse``).
+    ``threads`` > 1: a multi-threaded executor (callbacks in different callback groups run at once)."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
@@ -119,7 +120,12 @@ def run(node_factory, args=None) -> None:
             node = node_factory()
         except (UserFacingError, ValueError) as err:  # a configuration it refuses: one line, exit status 2
             refuse(err)
-        rclpy.spin(node)
+        if threads > 1:
+            from rclpy.executors import MultiThreadedExecutor
+
+            rclpy.spin(node, executor=MultiThreadedExecutor(num_threads=threads))
+        else:
+            rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:

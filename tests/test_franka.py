@@ -210,3 +210,89 @@ def test_bad_settings_are_refused_before_connecting():
         FrankaSettings("127.0.0.2", torque_thresholds=(10.0,) * 6)
     with pytest.raises(ValueError, match="robot_ip is empty"):
         FrankaSettings("")
+
+
+# ---------------------------------------------------------------- arm_node over ROS 2
+def franka_params(host: str, **extra) -> dict:
+    return {"backend": "franka", "robot_ip": host, "realtime_kernel": False, "task": "PickCube", **extra}
+
+
+def test_the_arm_node_drives_the_franka_over_ros(server, tmp_path):
+    """arm_node with the franka backend: state out, velocity commands move it at once, malformed
+    commands are dropped and counted, the e-stop latches and refuses a reset, the gripper closes."""
+    import json
+
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Bool, Float32, String
+    from std_srvs.srv import Trigger
+
+    from robot_rl.drivers import messages as msgs
+    from robot_rl.drivers import topics
+    from tests.helpers.ros import Probe, free_domain_id, node_process
+
+    domain = free_domain_id()
+    with node_process("robot_rl.drivers.arm_node", franka_params(server.host), domain, tmp_path) as arm:
+        probe = Probe(domain)
+        try:
+            poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+            grip = probe.subscribe(JointState, topics.GRIPPER_STATE, topics.qos_sensor(50))
+            joints = probe.subscribe(JointState, topics.JOINT_STATES, topics.qos_sensor(50))
+            status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+            report = lambda: json.loads(status[-1][1].data) if status else {}  # noqa: E731
+            probe.spin_until(lambda: len(poses) > 3 and report(), 120, "the franka arm's state and status")
+            assert report()["backend"]["connected"] and report()["backend"]["robot_ip"] == server.host
+            assert len(joints[-1][1].position) == 7
+            start = poses[-1][1].pose.position
+            assert abs(start.x - 0.5) < 0.01 and abs(start.z - 0.2) < 0.01  # the task's start pose
+
+            velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+            gripper = probe.node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
+            nan_twist = TwistStamped()
+            nan_twist.twist.linear.x = float("nan")
+            for _ in range(3):
+                velocity.publish(nan_twist)
+                gripper.publish(Float32(data=float("nan")))
+                probe.spin_for(0.05)
+            left = msgs.delta_to_twist(np.array([0, 0.8, 0, 0, 0, 0]), 0, LIMITS.max_translation_m,
+                                       LIMITS.max_rotation_rad, 10)
+            probe.spin_until(lambda: poses[-1][1].pose.position.y > start.y + 0.05, 60, "the TCP to move 5 cm left",
+                             between=lambda: (velocity.publish(left), gripper.publish(Float32(data=1.0))))
+            probe.spin_until(lambda: grip[-1][1].position[0] < 0.01, 60, "the gripper to close")
+            probe.spin_until(lambda: report().get("dropped", {}).get("velocity command", 0) >= 3, 30, "drop counts")
+            assert report()["dropped"]["gripper command"] >= 3 and report()["backend"]["counts"]["commands_failed"] == 0
+
+            estop = probe.node.create_publisher(Bool, topics.ESTOP, topics.qos_latched())
+            estop.publish(Bool(data=True))
+            probe.spin_until(lambda: report().get("estopped"), 30, "e-stop status")
+            mark = len(poses)
+            probe.spin_until(lambda: len(poses) >= mark + 8, 30, "8 states while e-stopped",
+                             between=lambda: velocity.publish(left))
+            held = np.array([m.pose.position.y for _, m in poses[mark + 2:]])
+            assert np.ptp(held) < 0.002 and report()["counts"]["ignored_estopped"] > 0
+            assert probe.call(Trigger, topics.RESET).success is False
+            assert probe.call(Trigger, topics.RELEASE_ESTOP).success
+            reply = probe.call(Trigger, topics.RESET, timeout=60)
+            assert reply.success, reply.message
+            assert arm.poll() is None
+        finally:
+            probe.close()
+
+
+def test_the_arm_node_refuses_an_unreachable_robot_ip_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    host = free_loopback()
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "robot_rl.drivers.arm_node", "--ros-args",
+                          *sum((["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+                                for k, v in franka_params(host, connect_timeout_s=3.0).items()), [])],
+                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"arm_node: error: cannot reach the Franka at robot_ip '{host}'"), lines[-3:]
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - started < 60  # process start and rclpy included; the connection gives up in 3 s
