@@ -22,7 +22,7 @@ import torch
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
 
-from robot_rl.actor import ActorLoop, LearnerClient, ScriptedPolicy, hold_still
+from robot_rl.actor import ActorLoop, LearnerClient, ScriptedMotions, ScriptedPolicy, hold_still
 from robot_rl.agents.sac import SACAgent
 from robot_rl.config import POLICIES, ActorNodeConfig, agent_config_for, write_config_json
 from robot_rl.contract import ControlLimits
@@ -60,12 +60,17 @@ class ActorNode(Node):
             from robot_rl.reward.wrapper import ClassifierReward
 
             env = ClassifierReward(env, *load_classifier(cfg.reward_classifier))
-        flat = FlatObservation(env, cfg.obs)
-        self.policy = SACAgent(agent_config_for(cfg, flat))  # built as the learner's, from the same fields
+        if cfg.policy == "learner" or cfg.sim:
+            flat = FlatObservation(env, cfg.obs)
+            observe = flat.observation
+            self.policy = SACAgent(agent_config_for(cfg, flat))  # built as the learner's, from the same fields
+        else:  # a scripted or human policy on a cell without the sim's object poses: no network to build
+            observe, self.policy = (lambda raw: {"state": raw["state"]}), None
         self.endpoint = actor_endpoint(self)
         self.learner = LearnerClient(self.endpoint, self.policy,
                                      on_error=lambda m: self.get_logger().error(f"learner: {m}"))
-        act = {"learner": lambda raw, obs: self.policy.act(obs), "expert": None, "teleop": hold_still}[cfg.policy]
+        act = {"learner": lambda raw, obs: self.policy.act(obs), "expert": None, "teleop": hold_still,
+               "motions": ScriptedMotions()}[cfg.policy]
         self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
         self.events, self.arm = OperatorEvents(self.get_logger()), ArmMode(self.get_logger())
         recorder = None
@@ -73,7 +78,7 @@ class ActorNode(Node):
             fields, _ = store_fields(env.observation_space, env.action_space.shape[0])
             publisher = self.create_publisher(UInt8MultiArray, topics.EPISODES, topics.qos_data(100))
             recorder = EpisodeRecorder(EpisodeSink(publisher, fields))
-        self.actor = ActorLoop(env, flat.observation, act or ScriptedPolicy(cfg.task, cfg.seed), human=self.teleop,
+        self.actor = ActorLoop(env, observe, act or ScriptedPolicy(cfg.task, cfg.seed), human=self.teleop,
                                learner=self.learner if cfg.policy == "learner" else None, recorder=recorder,
                                keep=cfg.keep, arm_holds=self.arm.holds, observe_now=self.ros_env.observe,
                                ground_truth=cfg.sim, log=self.get_logger().warning)

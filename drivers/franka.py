@@ -83,33 +83,40 @@ class Fault:
 
 
 def _connect(settings: FrankaSettings):
-    """franky.Robot and franky.Gripper, or one FrankaConnectionError within connect_timeout_s."""
+    """franky.Robot and franky.Gripper, or one FrankaConnectionError within connect_timeout_s. A
+    refused connection is retried until then (a robot or simulator still starting up)."""
     import franky
 
     result: dict = {}
+    deadline = time.monotonic() + settings.connect_timeout_s
 
     def attempt():
-        try:
-            rt = franky.RealtimeConfig.Enforce if settings.realtime_kernel else franky.RealtimeConfig.Ignore
-            robot = franky.Robot(settings.robot_ip, realtime_config=rt)
-            result["robot"], result["gripper"] = robot, franky.Gripper(settings.robot_ip)
-        except Exception as e:  # noqa: BLE001 - every libfranka failure becomes one error below
-            result["error"] = e
+        rt = franky.RealtimeConfig.Enforce if settings.realtime_kernel else franky.RealtimeConfig.Ignore
+        while True:
+            try:
+                robot = franky.Robot(settings.robot_ip, realtime_config=rt)
+                result["robot"], result["gripper"] = robot, franky.Gripper(settings.robot_ip)
+                return
+            except Exception as e:  # noqa: BLE001 - every libfranka failure becomes one error below
+                result["error"] = e
+                if not _is_connection_error(e) or time.monotonic() + 0.2 > deadline:
+                    return
+                time.sleep(0.2)
 
     thread = threading.Thread(target=attempt, daemon=True, name="franka-connect")
     thread.start()
-    thread.join(settings.connect_timeout_s)
+    thread.join(settings.connect_timeout_s + 0.5)
     where = f"cannot reach the Franka at robot_ip {settings.robot_ip!r}"
     hint = "check robot_ip, that FCI is enabled in Desk and the brakes are open, and that no other client is connected"
-    if thread.is_alive():
+    if "robot" in result:
+        return result["robot"], result["gripper"]
+    if "error" not in result:
         raise FrankaConnectionError(f"{where}: no answer within {settings.connect_timeout_s:g} s; {hint}")
-    if "error" in result:
-        err = result["error"]
-        if type(err).__name__ == "RealtimeException":
-            raise FrankaConnectionError(f"{where}: {err} (a real arm needs a real-time kernel; a simulator such as "
-                                        "franky-sim runs with realtime_kernel:=false)")
-        raise FrankaConnectionError(f"{where}: {err}; {hint}")
-    return result["robot"], result["gripper"]
+    err = result["error"]
+    if type(err).__name__ == "RealtimeException":
+        raise FrankaConnectionError(f"{where}: {err} (a real arm needs a real-time kernel; a simulator such as "
+                                    "franky-sim runs with realtime_kernel:=false)")
+    raise FrankaConnectionError(f"{where}: {err}; {hint}")
 
 
 class FrankaArm:
@@ -135,6 +142,7 @@ class FrankaArm:
         self._recovering: threading.Thread | None = None
         self._gripper_target = GripperCommand.STAY
         self._gripper_future = None
+        self._gripper_wanted = GripperCommand.STAY
         self._reference_rot = quat_to_matrix(np.asarray(start_pose(np.random.default_rng(0))[1], np.float64))
         self._state = np.zeros(STATE_DIM, np.float32)
         self._joints = (np.zeros(7), np.zeros(7))
@@ -276,15 +284,23 @@ class FrankaArm:
         return matrix_to_rotvec(rotvec_to_matrix(clipped) @ self._reference_rot @ rot.T)
 
     def _command_gripper(self, command: GripperCommand) -> None:
-        if command == GripperCommand.STAY or command == self._gripper_target:
+        """Grasp (with the set force) or open, asynchronously, when the command changes. libfranka's
+        gripper runs one command at a time: one that arrives while the last is still moving is
+        kept and sent when that one is done (never blocking the control loop)."""
+        if command != GripperCommand.STAY:
+            self._gripper_wanted = command
+        wanted = self._gripper_wanted
+        if wanted == GripperCommand.STAY or wanted == self._gripper_target:
             return
+        if self._gripper_future is not None and not self._gripper_future.wait(0):
+            return  # still moving: sent on a later period
         s = self.settings
-        if command == GripperCommand.CLOSE:  # grasp whatever is between the fingers, with the set force
+        if wanted == GripperCommand.CLOSE:  # grasp whatever is between the fingers, with the set force
             self._gripper_future = self.gripper.grasp_async(0.0, s.gripper_speed, s.grasp_force, epsilon_inner=0.1,
                                                             epsilon_outer=0.1)
         else:
             self._gripper_future = self.gripper.open_async(s.gripper_speed)
-        self._gripper_target = command
+        self._gripper_target = wanted
         self.counts["gripper_commands"] += 1
 
     def halt(self) -> None:
@@ -324,8 +340,11 @@ class FrankaArm:
             if self.robot.has_errors:
                 self.robot.recover_from_errors()
             if self.uses_gripper:
+                if self._gripper_future is not None:
+                    self._gripper_future.wait(5.0)
                 self.gripper.open(self.settings.gripper_speed)
-                self._gripper_target = GripperCommand.OPEN
+                self._gripper_target = self._gripper_wanted = GripperCommand.OPEN
+                self._gripper_future = None
             self.robot.move(franky.JointMotion(self.home_joints.tolist()))
             q = np.asarray(quat, np.float64)
             target = franky.Affine(np.asarray(position, np.float64), np.array([q[1], q[2], q[3], q[0]]))
@@ -362,8 +381,7 @@ class FrankaArm:
     def close(self) -> None:
         self._closed = True
         try:
-            with self._lock:
-                self.robot.stop()
+            self.robot.stop()
         except Exception:  # noqa: BLE001 - closing a lost connection
             pass
 

@@ -271,6 +271,28 @@ class ScriptedPolicy:
         self.expert.reset()
 
 
+class ScriptedMotions:
+    """policy 'motions': a pattern that needs no scene, for checking a cell's arm path: a square in
+    the horizontal plane at half the speed limit, ``side_steps`` steps a side, the gripper
+    closing on the second side and opening on the fourth."""
+
+    SIDES = ((1.0, 0.0), (0.0, 1.0), (-1.0, 0.0), (0.0, -1.0))
+
+    def __init__(self, side_steps: int = 4):
+        self.side_steps, self.t = side_steps, 0
+
+    def __call__(self, raw: dict, obs: dict) -> np.ndarray:
+        side = (self.t // self.side_steps) % 4
+        self.t += 1
+        action = np.zeros(7, np.float32)
+        action[:2] = 0.5 * np.asarray(self.SIDES[side])
+        action[6] = {1: 1.0, 3: -1.0}.get(side, 0.0)
+        return action
+
+    def reset(self) -> None:
+        self.t = 0
+
+
 def hold_still(raw: dict, obs: dict) -> np.ndarray:
     """policy 'teleop': without a human action the arm holds still."""
     return np.zeros(7, np.float32)

@@ -256,7 +256,7 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
 
 
 # ------------------------------------------------------------------ ROS nodes
-POLICIES = ("learner", "expert", "teleop")
+POLICIES = ("learner", "expert", "teleop", "motions")
 
 
 @dataclass
@@ -283,7 +283,8 @@ class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
     record: bool = setting(True, "finished episodes -> recorder/episodes")
     keep: str = setting("all", "episodes to record: all, successes", choices=("all", "successes"))
     episodes: int = setting(0, "stop after this many recorded episodes (0: no limit)")
-    policy: str = setting("learner", "learner (weights from learner_node), expert (the sim's scripted expert), teleop",
+    policy: str = setting("learner", "learner (weights from learner_node), expert (the sim's scripted expert), teleop, "
+                          "motions (a scene-free square with the gripper closing and opening: checks a cell's arm)",
                           choices=POLICIES)
     run_dir: str = setting("", "where to write actor_config.json and, when the run ends, actor_summary.json "
                                "(robot-rl report reads it)")

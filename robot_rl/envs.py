@@ -29,7 +29,7 @@ class FlatObservation(gym.ObservationWrapper):
         self.mode = mode
         spaces = env.observation_space.spaces
         state_dim = spaces["state"].shape[0]
-        self.privileged_keys = sorted(spaces["privileged"].spaces) if mode == "state" else []
+        self.privileged_keys = sorted(spaces["privileged"].spaces) if mode == "state" and "privileged" in spaces else []
         if mode == "state":
             if not self.privileged_keys:
                 raise ValueError("obs='state' needs the sim's privileged object poses")

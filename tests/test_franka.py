@@ -296,3 +296,26 @@ def test_the_arm_node_refuses_an_unreachable_robot_ip_in_one_line(tmp_path):
     assert lines[-1].startswith(f"arm_node: error: cannot reach the Franka at robot_ip '{host}'"), lines[-3:]
     assert "Traceback" not in out.stderr
     assert time.monotonic() - started < 60  # process start and rclpy included; the connection gives up in 3 s
+
+
+def test_the_franka_sim_stack_runs_three_episodes_end_to_end(tmp_path):
+    """franky-sim's server, arm_node (franka), teleop, recorder and actor as a real cell runs them:
+    the scripted motions for 3 episodes, each committed by the recorder."""
+    import socket
+    import subprocess
+    import sys
+
+    from robot_rl.data.store import EpisodeStore
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-m", "robot_rl.commands.cli", "launch", "franka_sim",
+                          f"robot_ip:={free_loopback()}", f"run_dir:={run_dir}", f"console_port:={port}"],
+                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    store = EpisodeStore.open(run_dir / "episodes.zarr")
+    assert len(store) == 3, out.stdout[-3000:]
+    assert "[arm]" in out.stdout and "franky-sim" in out.stdout

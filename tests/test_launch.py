@@ -22,7 +22,7 @@ from robot_rl.runtime.launcher import (LaunchError, NodeSpec, Supervisor, launch
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
-STACKS = ("sim_train", "train", "record_demos", "session")
+STACKS = ("sim_train", "train", "record_demos", "session", "franka_sim")
 
 
 def test_every_stack_has_a_launch_file_and_valid_nodes():
@@ -46,7 +46,7 @@ def test_arguments_are_substituted_with_types():
 
 
 def test_bad_launch_requests_are_refused_clearly(tmp_path, capsys):
-    with pytest.raises(LaunchError, match="no stack 'nope'; stacks: record_demos, session, sim_train, train"):
+    with pytest.raises(LaunchError, match="no stack 'nope'; stacks: franka_sim, record_demos, session, sim_train, train"):
         resolve("nope")
     with pytest.raises(LaunchError, match="has no argument 'colour'"):
         resolve("sim_train", {"colour": "red"})
