@@ -188,20 +188,11 @@ TOP_OPTIONAL = ("classifier",)
 
 def load_task_file(path) -> CellTask:
     """The task a YAML task file describes, checked whole (see the module's doc)."""
-    import yaml
+    from robot_rl.config import read_yaml_file
 
     path = Path(path)
     r = _Reader(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise TaskFileError(f"task file {path}: {err.strerror or err}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise TaskFileError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
+    data = read_yaml_file(path, TaskFileError, "task file")
     if data is None:
         r.fail("", f"empty; a task file sets {', '.join(TOP_REQUIRED)}")
     r.mapping(data, "", TOP_REQUIRED, TOP_OPTIONAL)

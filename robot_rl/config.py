@@ -391,20 +391,26 @@ def config_from_dict(cls, data: dict, source: str):
 def read_config_file(path: str | Path, cls=TrainConfig) -> dict:
     """The fields a YAML config file sets (``yaml.safe_load``), checked against ``cls``: one
     ``ConfigError`` line naming the file and the field for an unknown key or a wrong type."""
+    data = read_yaml_file(path, ConfigError, "config file")
+    return check_values(cls, {} if data is None else data, str(path))
+
+
+def read_yaml_file(path: str | Path, error=ConfigError, what: str = "file"):
+    """``yaml.safe_load`` of a file; an unreadable file or invalid YAML is one ``error`` naming it
+    (and the line)."""
     import yaml
 
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as err:
-        raise ConfigError(f"config file {path}: {err.strerror or err}") from None
+        raise error(f"{what} {path}: {err.strerror or err}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
-    return check_values(cls, {} if data is None else data, str(path))
+        raise error(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
 
 
 def parse_key_values(items, source: str) -> dict:
