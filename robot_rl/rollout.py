@@ -7,6 +7,7 @@ from typing import Callable
 import numpy as np
 
 from robot_rl.envs import FlatObservation
+from robot_rl.runtime.progress import ProgressLines
 
 
 def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int, add: Callable, seed: int = 10_000,
@@ -43,9 +44,13 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
     return {"episodes": kept, "tries": tries, "steps": steps}
 
 
-def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episodes: int, seed: int = 1_000_000) -> dict:
-    """Deterministic evaluation: success rate, mean return and mean episode length."""
+def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episodes: int, seed: int = 1_000_000,
+             log: Callable[[str], None] | None = None) -> dict:
+    """Deterministic evaluation: success rate and mean episode length over ``episodes`` episodes,
+    reset with seeds ``seed`` .. ``seed + episodes - 1`` (``seed_range``, first and last).
+    ``log``: progress lines (episodes, rate, ETA, success so far) for a long evaluation."""
     successes, lengths = [], []
+    progress = ProgressLines("evaluation", episodes, unit="episodes", log=log) if log else None
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         steps = 0
@@ -56,4 +61,7 @@ def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episode
                 break
         successes.append(bool(info["success"]))
         lengths.append(steps)
-    return {"success_rate": float(np.mean(successes)), "episode_length": float(np.mean(lengths)), "episodes": episodes}
+        if progress is not None:
+            progress.update(i + 1, success=f"{np.mean(successes):.2f}")
+    return {"success_rate": float(np.mean(successes)), "episode_length": float(np.mean(lengths)), "episodes": episodes,
+            "seed_range": [seed, seed + episodes - 1]}

@@ -33,6 +33,7 @@ from robot_rl.agents.frozen import DRQ_BACKBONE as DRQ
 from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, feature_shape
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
+from robot_rl.runtime.progress import ProgressLines
 
 OBJECTIVES = ("bc", "autoencoder", "classifier", "pretrained")
 
@@ -135,14 +136,15 @@ def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log
     head.normalizer.fit(torch.as_tensor(frames["state"][rows]))
     opt = torch.optim.Adam(list(backbones.parameters()) + list(head.parameters()), lr=3e-4)
     rng = np.random.default_rng(seed)
+    progress = ProgressLines("  bc", steps, log=log)
     for step, idx in enumerate(_batches(rows, 128, steps, rng)):
         feats = {cam: backbones[cam](random_shift(torch.as_tensor(frames["images"][cam][idx]), 4)) for cam in cameras}
         loss = action_loss(head, feats, torch.as_tensor(frames["state"][idx]), torch.as_tensor(frames["action"][idx]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if (step + 1) % 500 == 0:
-            log(f"  bc: step {step + 1}/{steps}, loss {loss.item():.4f}")
+        if progress.due(step + 1):
+            progress.update(step + 1, loss=round(loss.item(), 4))
     encoder.backbones.load_state_dict(backbones.state_dict())
     return encoder
 
@@ -178,6 +180,7 @@ def train_autoencoder(frames: dict, rows: np.ndarray, cameras, steps: int, seed:
     models = nn.ModuleDict({cam: SpatialAutoencoder(meta) for cam in cameras})
     opt = torch.optim.Adam(models.parameters(), lr=1e-3)
     rng = np.random.default_rng(seed)
+    progress = ProgressLines("  autoencoder", steps, log=log)
     for step, idx in enumerate(_batches(rows, 128, steps, rng)):
         loss = 0.0
         for cam in cameras:
@@ -186,8 +189,8 @@ def train_autoencoder(frames: dict, rows: np.ndarray, cameras, steps: int, seed:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if (step + 1) % 500 == 0:
-            log(f"  autoencoder: step {step + 1}/{steps}, loss {loss.item():.5f}")
+        if progress.due(step + 1):
+            progress.update(step + 1, loss=round(loss.item(), 5))
     encoder.backbones.load_state_dict({f"{cam}.{k}": v for cam in cameras
                                        for k, v in models[cam].backbone.state_dict().items()})
     return encoder
@@ -215,7 +218,7 @@ def from_classifier(folder, cameras, image_size) -> FrozenEncoder:
 
 # --------------------------------------------------------------------------- the measurement
 def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_rows: np.ndarray, steps: int,
-          seed: int) -> dict:
+          seed: int, log=print) -> dict:
     """A fresh action head over the frozen features, fitted on the training rows of successful
     takes, scored on the held-out episodes: how well a policy can read what it needs from them."""
     torch.manual_seed(seed)
@@ -231,11 +234,14 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
     head.normalizer.fit(state[rows])
     opt = torch.optim.Adam(head.parameters(), lr=1e-3)
     rng = np.random.default_rng(seed)
-    for idx in _batches(rows, 128, steps, rng):
+    progress = ProgressLines("  probe", steps, log=log)
+    for step, idx in enumerate(_batches(rows, 128, steps, rng)):
         loss = action_loss(head, {cam: random_shift(feats[cam][idx], 1) for cam in cams}, state[idx], action[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if progress.due(step + 1):
+            progress.update(step + 1, loss=round(loss.item(), 4))
     with torch.no_grad():
         motion, grip = head({cam: feats[cam][held_rows] for cam in cams}, state[held_rows])
         target = action[held_rows]
@@ -283,7 +289,7 @@ def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc", "a
         else:
             encoder = FrozenEncoder.from_torchvision(pretrained, cameras, frames["image_size"])
         trained_s = time.time() - t0
-        report[name] = {**probe(encoder, frames, train_rows, held_rows, probe_steps, seed),
+        report[name] = {**probe(encoder, frames, train_rows, held_rows, probe_steps, seed, log),
                         "train_s": round(trained_s, 1), "probe_s": round(time.time() - t0 - trained_s, 1)}
         candidates[name] = encoder
         log(f"candidate {name}: held-out loss {report[name]['held_out_loss']:.4f} (motion MSE "

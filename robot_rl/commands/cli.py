@@ -237,8 +237,11 @@ def _cmd_session(args) -> int:
 def _cmd_eval(args) -> int:
     from robot_rl.commands.evaluate import evaluate_checkpoint
 
+    def progress(line: str) -> None:  # on stderr: stdout is the JSON result alone
+        print(line, file=sys.stderr, flush=True)
+
     result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
-                                 seed=args.seed, device=args.device)
+                                 seed=args.seed, device=args.device, log=progress)
     print(json.dumps(result))
     return 0
 

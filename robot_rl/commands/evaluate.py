@@ -12,9 +12,9 @@ from robot_rl.runtime.device import resolve_device
 
 
 def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
-                        seed: int = 3_000_000, device: str = "auto") -> dict:
+                        seed: int = 3_000_000, device: str = "auto", log=None) -> dict:
     """The checkpoint's deterministic policy on ``device`` (auto, cpu, cuda, cuda:N, mps), whatever
-    device it was trained on."""
+    device it was trained on; ``log``: progress lines."""
     if episodes < 1:
         raise ValueError("--episodes must be at least 1")
     device = resolve_device(device)
@@ -26,7 +26,7 @@ def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, 
                    tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
     try:
         check_compatible(agent.config, env, ckpt)
-        result = evaluate(lambda o: agent.act(o, deterministic=True), env, episodes, seed=seed)
+        result = evaluate(lambda o: agent.act(o, deterministic=True), env, episodes, seed=seed, log=log)
     finally:
         env.close()
     return {"checkpoint": str(ckpt), "task": task, "device": device, **result}

@@ -18,6 +18,7 @@ import torch
 
 from robot_rl.data.store import EpisodeStore
 from robot_rl.runtime.device import out_of_memory_says, resolve_device
+from robot_rl.runtime.progress import ProgressLines
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
                                         binary_metrics, load_classifier, save_classifier, threshold_for_fpr)
 
@@ -123,6 +124,7 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
                             f"batch size {batch_size}, {len(config.cameras)} cameras at "
                             f"{config.image_size[0]}x{config.image_size[1]}",
                             "--batch-size, --cameras, or a store recorded with a smaller --image-size"):
+        progress = ProgressLines("classifier training", steps, log=log)
         for step in range(1, steps + 1):
             half = batch_size // 2  # class-balanced batches
             idx = np.concatenate([rng.choice(pos, half), rng.choice(neg, batch_size - half)])
@@ -132,8 +134,8 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            if step % max(1, steps // 5) == 0:
-                log(f"step {step}/{steps}: loss {loss.item():.4f}")
+            if progress.due(step):
+                progress.update(step, loss=round(loss.item(), 4))
         val_scores = model.probability({c: images[c][val_mask] for c in config.cameras})
     val_labels = labels[val_mask]
     # The threshold meets the target on the held-out episodes; it never goes below the

@@ -45,6 +45,7 @@ from robot_rl.errors import UserFacingError
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
 from robot_rl.runtime.checkpoint import check_same_encoder, load_agent, load_replay, write_checkpoint
 from robot_rl.runtime.device import out_of_memory_says
+from robot_rl.runtime.progress import ProgressLines
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
 LATEST_ONLY = ("weights", "status")
@@ -69,6 +70,10 @@ def transition_arrays(obs, action, reward, next_obs, terminated, truncated, is_i
 
 class NonFiniteLoss(UserFacingError):
     """A loss became NaN/inf: training stops; nothing broken is checkpointed."""
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # the learner's process shares the actor's output
 
 
 class Learner:
@@ -147,10 +152,14 @@ class Learner:
         if not self.started and len(self.replay.demo):
             self.normalizer_fitted = True
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
-            for _ in range(c.pretrain_steps):
+            progress = ProgressLines("learner: behaviour cloning on the demos", c.pretrain_steps, log=_say)
+            for step in range(1, c.pretrain_steps + 1):
                 self._record({"bc": self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size))})
-            for _ in range(c.critic_warmup_steps):
+                progress.update(step)
+            progress = ProgressLines("learner: critic warm-up on the demos", c.critic_warmup_steps, log=_say)
+            for step in range(1, c.critic_warmup_steps + 1):
                 self._record(self.agent.update(self._sample(), update_actor=False))
+                progress.update(step)
         self.started = True
         self.publish_weights()
 

@@ -1,14 +1,16 @@
 """Run-folder output for long jobs: TensorBoard scalars, progress (steps, success rate,
 updates, rate, ETA) and the learning-curve PNG. Progress is a live bar on a terminal and a
-plain line every 100 env steps when the output is a file, a pipe or a CI log."""
+plain line every 100 env steps and at least every 15 s (``ProgressLines``) when the output is a
+file, a pipe or a CI log."""
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from robot_rl.runtime.progress import ProgressLines
 
 
 class RunLogger:
@@ -19,7 +21,7 @@ class RunLogger:
         self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
         self.total = total_steps
         self._last_logged = 0
-        self._first: tuple[int, float] | None = None  # (step, time) of the first report: the rate
+        self._lines: ProgressLines | None = None  # made at the first report (a resumed run starts late)
         self.bar = None
         self.lines = enabled and not sys.stdout.isatty()
         if enabled and not self.lines:
@@ -34,7 +36,10 @@ class RunLogger:
         self.writer.add_scalar(name, value, step)
 
     def progress(self, step: int, actor_state: dict, status: dict) -> None:
-        if step - self._last_logged < 100 and step != self.total:
+        if self.lines and self._lines is None:
+            self._lines = ProgressLines("train", self.total, first=step - 1)
+        overdue = self._lines is not None and self._lines.due(step)  # 15 s without a line
+        if step - self._last_logged < 100 and step != self.total and not overdue:
             return
         self._last_logged = step
         recent = actor_state["train_successes"][-20:]
@@ -44,22 +49,14 @@ class RunLogger:
             self.scalar(f"learner/{key}", value, step)
         self.scalar("learner/updates", status.get("updates", 0), step)
         evals = actor_state["evals"]
-        info = (f"train {train_success:.2f} eval {evals[-1]['success_rate']:.2f} " if evals else "") + \
-            f"updates {status.get('updates', 0)}"
+        figures = {"train success (last 20)": f"{train_success:.2f}"}
+        if evals:
+            figures["latest eval"] = f"{evals[-1]['success_rate']:.2f}"
+        figures["updates"] = status.get("updates", 0)
         if self.bar is not None:
-            self.bar.update(self.task, completed=step, info=info)
-        if self.lines:
-            print(f"train: step {step}/{self.total} {info} {self._rate(step)}", flush=True)
-
-    def _rate(self, step: int) -> str:
-        now = time.monotonic()
-        if self._first is None:
-            self._first = (step, now)
-        done, elapsed = step - self._first[0], now - self._first[1]
-        if done <= 0 or elapsed <= 0:
-            return ""
-        rate = done / elapsed
-        return f"{rate:.1f} steps/s ETA {(self.total - step) / rate / 60:.1f} min"
+            self.bar.update(self.task, completed=step, info=" ".join(f"{k} {v}" for k, v in figures.items()))
+        if self._lines is not None:
+            self._lines.update(step, force=True, **figures)
 
     def plot_curve(self, evals: list[dict], cfg) -> Path | None:
         if not evals:
@@ -75,7 +72,9 @@ class RunLogger:
         ax.set_ylabel("eval success rate")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.set_title(f"{cfg.task} ({cfg.obs}, {cfg.demos} demos)")
+        from robot_rl.config import demo_source
+
+        ax.set_title(f"{cfg.task} ({cfg.obs}; demos: {demo_source(cfg)})", fontsize=9)
         fig.tight_layout()
         path = self.run_dir / "learning_curve.png"
         fig.savefig(path, dpi=100)
