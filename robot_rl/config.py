@@ -354,6 +354,19 @@ def _convert(kind, value):
 _NAMES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
+# keys a run's config.json adds for its readers (not fields): a config file may carry them back
+DERIVED_KEYS = ("demo_source",)
+
+
+def demo_source(cfg) -> str:
+    """Where a run's demonstrations come from, in words (``config.json``'s ``demo_source``)."""
+    if getattr(cfg, "demo_store", None):
+        return f"episode store {cfg.demo_store}"
+    if getattr(cfg, "demos", 0):
+        return f"{cfg.demos} scripted expert demonstrations (action noise {cfg.demo_noise}), recorded at the start"
+    return "none"
+
+
 def check_values(cls, data: dict, source: str) -> dict:
     """``data`` (field -> value, e.g. from YAML or JSON) checked against the dataclass ``cls``:
     every key a field, every value of its field's type (converted: lists to tuples, integers to
@@ -366,6 +379,8 @@ def check_values(cls, data: dict, source: str) -> dict:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     checked = {}
     for key, value in data.items():
+        if key in DERIVED_KEYS and key not in fields:
+            continue
         if key not in fields:
             near = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f" ({cls.__name__} has no such field)"

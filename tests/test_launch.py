@@ -246,8 +246,8 @@ def test_report_of_a_ros_stack_run(tmp_path):
          "intervention_steps": 60,
          "recorded": 12, "weights_version": 9, "frame_to_command_ms_p50": 11.0, "frame_to_command_ms_p99": 19.5,
          "episode_log": log}))
-    (tmp_path / "eval.json").write_text(json.dumps({"success_rate": 0.9, "episodes": 50}))
+    (tmp_path / "eval.json").write_text(json.dumps({"success_rate": 0.9, "episodes": 50, "seed_range": [7, 56]}))
     text = write_report(tmp_path).read_text()
-    assert "(ROS 2 stack)" in text and "final success (ground truth, 50 episodes): 0.90" in text
+    assert "(ROS 2 stack)" in text and "final success: 0.90 over 50 episodes (seeds 7-56)" in text
     assert "| 1-10 | 200 | 0.60 | 0.50 |" in text and "| 11-12 | 240 | 1.00 | 0.00 |" in text
     assert "human interventions: 10 takeovers, 60 steps (25% of all steps)" in text

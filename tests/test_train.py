@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -159,6 +160,20 @@ def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
 
     report = write_report(run).read_text()
     assert "learned success classifier" in report and "| classifier: success | 0 | 30 |" in report
+    # one final figure, stated alike by summary.json and report.md, with its episodes and seeds
+    final = s["final"]
+    assert final["episodes"] == 3 and final["env_steps"] == 30 and final["seed_range"] == [2_000_000, 2_000_002]
+    assert final["success_rate"] == s["final_success_rate"] == s["evals"][-1]["success_rate"]
+    assert json.loads((run / "summary.json").read_text())["final"] == final
+    assert (f"final success: {final['success_rate']:.2f} over 3 episodes (seeds 2000000-2000002) at env step 30"
+            in report), report
+    assert len(re.findall(r"final success", report)) == 1
+    config = json.loads((run / "config.json").read_text())
+    assert config["demo_source"] == s["demo_source"] == ("1 scripted expert demonstrations (action noise 0.1), "
+                                                         "recorded at the start")
+    from robot_rl.config import read_config_file
+
+    assert read_config_file(run / "config.json")["demos"] == 1  # a run's config.json is a valid --config file
     with pytest.raises(ReportError, match="no summary.json"):
         write_report(tmp_path)
     # the partly trained policy's rollouts recorded for classifier work (robot-rl record --policy)

@@ -23,6 +23,25 @@ def _steps(value) -> str:
     return "not reached" if value is None else str(value)
 
 
+def _seeds(evaluation: dict) -> str:
+    seeds = evaluation.get("seed_range")
+    return f"{seeds[0]}-{seeds[1]}" if seeds else "not recorded"
+
+
+def _final(summary: dict) -> str:
+    """The run's one final figure, with its episodes and seeds (older summaries: rate and episodes)."""
+    final = summary.get("final") or {"success_rate": summary["final_success_rate"],
+                                     "episodes": summary["final_eval_episodes"], "env_steps": summary["env_steps"]}
+    return (f"{final['success_rate']:.2f} over {final['episodes']} episodes (seeds {_seeds(final)}) at env step "
+            f"{final['env_steps']}, graded by the sim's ground truth")
+
+
+def _demos(summary: dict) -> str:
+    source = summary.get("demo_source") or (f"episode store {summary['demo_store']}" if summary.get("demo_store")
+                                            else "scripted expert, recorded at the start")
+    return f"{summary['demos']} episodes from {source}" if summary.get("demo_store") and summary.get("demos") else source
+
+
 def _metrics_row(name: str, m: dict) -> str:
     return (f"| {name} | {m.get('frames', m.get('tp', 0) + m.get('fp', 0) + m.get('fn', 0) + m.get('tn', 0))} | "
             f"{m['precision']:.3f} | {m['recall']:.3f} | {m['fpr']:.4f} | {m['roc_auc']:.4f} |")
@@ -43,7 +62,8 @@ def _ros_run_lines(run: Path, actor: dict) -> tuple[list[str], dict]:
     evaluation = run / "eval.json"
     if evaluation.is_file():
         e = json.loads(evaluation.read_text())
-        lines.append(f"- final success (ground truth, {e['episodes']} episodes): {e['success_rate']:.2f}")
+        lines.append(f"- **final success: {e['success_rate']:.2f} over {e['episodes']} episodes (seeds {_seeds(e)}), "
+                     "graded by the sim's ground truth** (`robot-rl eval`, eval.json)")
     log = actor.get("episode_log") or []
     lines += ["", "Training episodes, in blocks of 10 (success as the reward saw it):", "",
               "| episodes | env steps at end | success | human share of steps |", "|---|---:|---:|---:|"]
@@ -75,14 +95,16 @@ def write_report(run_dir: str | Path) -> Path:
     reward = summary.get("reward", "ground_truth")
     lines += [
         f"- reward: **{'learned success classifier' if reward == 'classifier' else 'sim ground truth'}**",
-        f"- demonstrations: {summary['demos']} ({summary.get('demo_store') or 'scripted, in memory'})",
+        f"- demonstrations: {_demos(summary)}",
         f"- env steps: {summary['env_steps']}, episodes: {summary['episodes']}, gradient updates: {summary['updates']}",
-        f"- final success (ground truth, {summary['final_eval_episodes']} episodes): {summary['final_success_rate']:.2f}",
+        f"- **final success: {_final(summary)}**",
         f"- env steps to 90% / 95% success: {_steps(summary['steps_to_90'])} / {_steps(summary['steps_to_95'])}",
         f"- wall time: {summary['wall_s']} s; checkpoint: `{summary['checkpoint']}`", "",
-        "| env steps | success | mean episode length |", "|---:|---:|---:|",
+        "Evaluations during training (ground truth, deterministic policy; the last row is the final figure):", "",
+        "| env steps | success | episodes | seeds | mean episode length |", "|---:|---:|---:|---|---:|",
     ]
-    lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episode_length']:.1f} |" for e in summary["evals"]]
+    lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episodes']} | {_seeds(e)} | {e['episode_length']:.1f} |"
+              for e in summary["evals"]]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
     lines += _observation_lines(summary, config)
