@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import imageio.v3 as iio
+import pytest
 
 from robot_rl.commands.cli import main
 
@@ -44,6 +45,18 @@ def test_unknown_backend_and_benchmark(capsys):
     assert "available backends" in capsys.readouterr().err
     assert main(["bench", "nope"]) == 2
     assert "available: classifier, data, faults, hil, learner, learning, ros, sim" in capsys.readouterr().err
+
+
+def test_bench_help_lists_every_benchmark_with_what_it_measures(capsys):
+    from robot_rl.bench import BENCHMARKS
+
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "--help"])
+    assert done.value.code == 0
+    lines = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
+    for name, entry in BENCHMARKS.items():
+        assert entry.summary and "\n" not in entry.summary, name
+        assert [name, entry.summary] in lines, f"bench --help has no line '{name}  {entry.summary}'"
 
 
 def test_console_script_lists_tasks():

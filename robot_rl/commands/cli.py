@@ -472,10 +472,15 @@ def add_encoder(sub) -> None:
 
 
 def add_bench(sub) -> None:
-    bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
-    bench.add_argument("name")
+    from robot_rl.bench import listing
+
+    bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures",
+                           description="Run a benchmark; with --json the last line is a JSON object of figures.",
+                           epilog=f"benchmarks:\n{listing()}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("name", metavar="NAME", help="the benchmark to run (listed below)")
     bench.add_argument("--quick", action="store_true", help="fewer samples, same figures (a minute or two)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="the figures as one JSON object on the last line "
+                                                           "(progress goes to stderr)")
     bench.add_argument("--device", metavar="DEVICE",
                        help="the torch device of the benchmarks that take one (learner, learning, classifier): auto "
                             "(CUDA when present), cpu, cuda, cuda:N or mps (default: the benchmark's own)")
