@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -16,10 +18,19 @@ from robot_rl.errors import UserFacingError
 def _cmd_sim_tasks(args) -> int:
     from robot_rl.sim import BACKENDS, TASKS
 
+    width = max(map(len, TASKS)) + 2
     for name, cls in TASKS.items():
-        print(f"{name:10s} {cls.__doc__.strip().splitlines()[0]}")
+        print(_wrapped(cls.description(), first=f"{name:<{width}}", indent=width))
     print(f"backends: {', '.join(BACKENDS)}")
     return 0
+
+
+def _wrapped(text: str, first: str, indent: int) -> str:
+    """``text`` after ``first``, wrapped to the terminal's width (COLUMNS, else 80 when not a
+    terminal), continuation lines indented: never cut."""
+    columns = max(shutil.get_terminal_size().columns, indent + 30)
+    return textwrap.fill(text, width=columns, initial_indent=first, subsequent_indent=" " * indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _cmd_sim_run(args) -> int:
