@@ -127,8 +127,8 @@ def _cmd_data(args) -> int:
     if command == "check":
         return _data_check(args.store, args.repair)
     if command == "info":
-        result = tools.info(args.store)
-    elif command == "view":
+        return _data_info(args.store, args.json)
+    if command == "view":
         result = tools.export_video(args.store, args.out or f"{str(args.store).rstrip('/')}.view.gif", args.episodes)
     elif command == "export-video":
         result = tools.export_video(args.store, args.out, args.episodes, args.fps)
@@ -137,6 +137,15 @@ def _cmd_data(args) -> int:
     else:
         result = tools.split(args.store, args.out, args.episodes)
     print(json.dumps(result))
+    return 0
+
+
+def _data_info(store: str, as_json: bool) -> int:
+    """The store's summary and a table of its arrays; with ``as_json`` one JSON object of the same."""
+    from robot_rl.data.info import info, info_text
+
+    summary = info(store)
+    print(json.dumps(summary) if as_json else info_text(summary))
     return 0
 
 
@@ -330,8 +339,10 @@ def add_record(sub) -> None:
 def add_data(sub) -> None:
     data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video").add_subparsers(
         dest="data_command", required=True)
-    d_info = data.add_parser("info", help="episodes, lengths, success rate, intervention share")
+    d_info = data.add_parser("info", help="what a store holds: episodes, lengths, success rate, intervention share, "
+                                          "metadata and a table of every array")
     d_info.add_argument("store")
+    d_info.add_argument("--json", action="store_true", help="print it as one JSON object (the last line) instead")
     d_info.set_defaults(func=_cmd_data)
     d_check = data.add_parser("check", help="verify every chunk of every committed episode (exit 1 if damaged)")
     d_check.add_argument("store")
