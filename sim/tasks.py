@@ -62,6 +62,13 @@ class Task:
     safety_box: SafetyBox
     objects: tuple[SceneObject, ...]
 
+    @classmethod
+    def description(cls) -> str:
+        """What the task is, for people (``robot-rl sim tasks``): the class docstring's first
+        paragraph on one line."""
+        first_paragraph = (cls.__doc__ or "").strip().split("\n\n")[0]
+        return " ".join(first_paragraph.split())
+
     def sample_layout(self, rng: np.random.Generator) -> Layout:
         raise NotImplementedError
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import imageio.v3 as iio
+import pytest
 
 from robot_rl.commands.cli import main
 
@@ -46,7 +47,39 @@ def test_unknown_backend_and_benchmark(capsys):
     assert "available: classifier, data, faults, hil, learner, learning, ros, sim" in capsys.readouterr().err
 
 
+def test_bench_help_lists_every_benchmark_with_what_it_measures(capsys):
+    from robot_rl.bench import BENCHMARKS
+
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "--help"])
+    assert done.value.code == 0
+    lines = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
+    for name, entry in BENCHMARKS.items():
+        assert entry.summary and "\n" not in entry.summary, name
+        assert [name, entry.summary] in lines, f"bench --help has no line '{name}  {entry.summary}'"
+
+
+def assert_every_task_described_in_full(out: str, columns: int) -> None:
+    from robot_rl.sim import TASKS
+
+    flat = " ".join(out.split())
+    for name, cls in TASKS.items():
+        description = " ".join((cls.__doc__ or "").split())  # the whole docstring, whitespace-normalised
+        assert description and cls.description() == description, name
+        assert f"{name} {description}" in flat, f"sim tasks cuts {name}'s description:\n{out}"
+    assert all(len(line) <= columns for line in out.splitlines()), f"wider than {columns} columns:\n{out}"
+
+
+def test_sim_tasks_wraps_every_description_in_full_at_any_width(monkeypatch, capsys):
+    for columns in (40, 80, 300):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        assert main(["sim", "tasks"]) == 0
+        assert_every_task_described_in_full(capsys.readouterr().out, columns)
+
+
 def test_console_script_lists_tasks():
     exe = os.path.join(os.path.dirname(sys.executable), "robot-rl")
-    out = subprocess.run([exe, "sim", "tasks"], capture_output=True, text=True, timeout=120, check=True)
-    assert "PickCube" in out.stdout and "PegInsert" in out.stdout
+    env = {**os.environ, "COLUMNS": "60"}  # a pipe, not a terminal, and narrow
+    out = subprocess.run([exe, "sim", "tasks"], capture_output=True, text=True, timeout=120, check=True, env=env)
+    assert_every_task_described_in_full(out.stdout, 60)
+    assert "backends: mujoco, pybullet" in out.stdout

@@ -9,6 +9,7 @@ import zarr
 
 from robot_rl.commands.cli import main
 from robot_rl.data.demos import load_demos
+from robot_rl.data.info import FORMAT_ATTRS
 from robot_rl.commands.record import record_rollouts
 from robot_rl.data.recorder import EpisodeRecorder, transitions
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
@@ -335,12 +336,18 @@ def test_data_tools_info_merge_split_and_video(tmp_path, capsys):
     assert len(part) == 3
     assert_episode_equal(part[1], eps[3])
     capsys.readouterr()
-    assert main(["data", "info", str(tmp_path / "m.zarr")]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    assert main(["data", "info", str(tmp_path / "m.zarr"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     flags = [(e["success"].any(), e["is_intervention"][e["has_action"]]) for e in eps]
+    steps = [len(e["action"]) - 1 for e in eps]
     assert summary["episodes"] == 5 and summary["frames"] == sum(len(e["action"]) for e in eps)
+    assert summary["steps"] == sum(steps) and summary["steps_per_episode"] == {
+        "min": min(steps), "median": float(np.median(steps)), "max": max(steps), "mean": pytest.approx(np.mean(steps))}
     assert summary["success_rate"] == pytest.approx(np.mean([s for s, _ in flags]))
+    assert summary["successful_episodes"] == sum(s for s, _ in flags)
     assert summary["intervention_share"] == pytest.approx(np.concatenate([i for _, i in flags]).mean())
+    assert summary["intervention_steps"] == sum(int(i.sum()) for _, i in flags)
+    assert summary["episodes_with_intervention"] == sum(bool(i.any()) for _, i in flags)
     assert summary["cameras"] == {"front": [16, 20]}
     assert main(["data", "export-video", str(a), "--out", str(tmp_path / "v.mp4"), "--episodes", "1"]) == 0
     import imageio.v3 as iio
@@ -367,6 +374,71 @@ def test_data_tool_errors(tmp_path, capsys):
     assert "cannot merge" in capsys.readouterr().err
     assert main(["data", "export-video", str(tmp_path / "o.zarr"), "--out", str(tmp_path / "v.mp4")]) == 2
     assert "no cameras" in capsys.readouterr().err
+
+
+def store_arrays(path) -> list[str]:
+    """Every array of a store, found on disk: data/<field> and meta/<name>."""
+    return sorted(str(f.parent.relative_to(path)) for f in path.glob("*/*/zarr.json"))
+
+
+def test_data_info_shows_every_array_and_attribute_of_a_recorded_store(tmp_path, capsys):
+    path = tmp_path / "px.zarr"
+    record_rollouts(path, "PickCube", 2, noise=0.1, seed=10_000, images=True, image_size=(16, 16))
+    arrays = store_arrays(path)
+    assert {"data/front", "data/wrist", "data/reward", "data/success", "data/is_intervention",
+            "meta/episode_ends"} <= set(arrays)
+    assert main(["data", "info", str(path)]) == 0
+    text = capsys.readouterr().out
+    rows = {cells[0]: cells for cells in map(str.split, text.splitlines()) if cells and cells[0] in arrays}
+    assert sorted(rows) == arrays, text  # a row per array, each on its own line
+    store = EpisodeStore.open(path)
+    for name, (shape, dtype) in store.fields.items():
+        assert rows[f"data/{name}"][2:4] == [dtype.name, "x".join(map(str, shape)) or "scalar"], text
+    assert rows["data/front"][1] == "camera" and rows["data/reward"][1] == "reward" and rows["meta/episode_ends"][1] == "index"
+    # every attribute the store records: its format, task and cameras, and how it was recorded
+    for shown in ("robot_rl.episodes schema 1 (Zarr 3)", "integrity crc32c", "task PickCube, robot panda, 10 Hz",
+                  "cameras: front 16x16, wrist 16x16 (image codec lossless)"):
+        assert shown in text, (shown, text)
+    recorded = {k: v for k, v in store.attrs.items() if k not in FORMAT_ATTRS}
+    assert "backend" in recorded and "expert_noise" in recorded
+    assert all(f"{key}={value}" in text for key, value in recorded.items()), text
+    for label in ("episodes", "steps per episode", "success", "interventions", "size"):
+        assert any(line.startswith(label + " ") for line in text.splitlines()), (label, text)
+    assert not any(line.startswith("{") for line in text.splitlines())  # a summary for people, not JSON
+
+    assert main(["data", "info", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sorted(summary["arrays"]) == arrays
+    for name, row in rows.items():  # the JSON holds what the table shows
+        entry = summary["arrays"][name]
+        assert [entry["role"], entry["dtype"], str(entry["chunk"]), str(entry["shard"] or "-")] == row[1:3] + row[4:6]
+        assert entry["bytes_on_disk"] > 0 and entry["codecs"].endswith("crc32c")
+    assert summary["arrays"]["data/front"]["shard"] == 64 and summary["arrays"]["data/front"]["chunk"] == 1
+    data_group = (path / "data/zarr.json").stat().st_size
+    arrays_bytes = sum(a["bytes_on_disk"] for n, a in summary["arrays"].items() if n.startswith("data/"))
+    assert arrays_bytes + data_group == summary["bytes_on_disk"]
+    assert summary["attrs"] == store.attrs and summary["task"] == "PickCube" and summary["zarr_format"] == 3
+    assert summary["episodes"] == 2 and summary["successful_episodes"] == round(2 * summary["success_rate"])
+    flat, per = " ".join(text.split()), summary["steps_per_episode"]
+    assert f"episodes 2 steps {summary['steps']} (in {summary['frames']} frames" in flat
+    assert f"steps per episode min {per['min']}, median {per['median']:g}, max {per['max']}" in flat
+    assert f"success {summary['successful_episodes']} of 2 episodes" in flat
+
+
+def test_data_info_on_a_missing_or_corrupt_store_is_one_line_naming_the_file(tmp_path, capsys):
+    garbled = tmp_path / "garbled.zarr"
+    garbled.mkdir()
+    (garbled / "zarr.json").write_text("{not json")
+    (tmp_path / "file.zarr").write_text("")
+    cases = {tmp_path / "absent.zarr": "it does not exist", tmp_path / "file.zarr": "a file, not a folder",
+             tmp_path: "no zarr.json", garbled / "zarr.json": "not a readable Zarr store"}
+    for named, why in cases.items():
+        path = named.parent if named.name == "zarr.json" else named
+        for json_flag in ([], ["--json"]):
+            assert main(["data", "info", str(path), *json_flag]) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and len(err.strip().splitlines()) == 1, err
+            assert err.startswith(f"robot-rl: error: {named}") and why in err, err
 
 
 def test_held_success_frames_label_by_ground_truth_and_stay_out_of_demos(tmp_path):

@@ -222,8 +222,8 @@ def test_bench_passes_the_device_only_to_benchmarks_that_take_one(monkeypatch, c
     without.run = lambda quick=False, log=print: {"ran": True}
     monkeypatch.setitem(sys.modules, with_device.__name__, with_device)
     monkeypatch.setitem(sys.modules, without.__name__, without)
-    monkeypatch.setitem(bench.BENCHMARKS, "fake-device", with_device.__name__)
-    monkeypatch.setitem(bench.BENCHMARKS, "fake-plain", without.__name__)
+    monkeypatch.setitem(bench.BENCHMARKS, "fake-device", bench.Benchmark(with_device.__name__, "takes one"))
+    monkeypatch.setitem(bench.BENCHMARKS, "fake-plain", bench.Benchmark(without.__name__, "takes none"))
     assert bench.run_benchmark("fake-device", device="CPU") == {"device": "cpu"}
     assert bench.run_benchmark("fake-plain") == {"ran": True}
     with pytest.raises(bench.BenchmarkDeviceError, match="bench fake-plain takes no --device"):
@@ -233,4 +233,4 @@ def test_bench_passes_the_device_only_to_benchmarks_that_take_one(monkeypatch, c
     for name in ("learning", "classifier"):  # the two this part implements
         import importlib
 
-        assert bench.takes_device(importlib.import_module(bench.BENCHMARKS[name]).run)
+        assert bench.takes_device(importlib.import_module(bench.BENCHMARKS[name].module).run)

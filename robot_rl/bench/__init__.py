@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import NamedTuple
 
 from robot_rl.errors import UserFacingError
 
-# name -> module with a ``run(quick: bool, log) -> dict`` function (and ``device`` where it takes one)
-BENCHMARKS = {
-    "classifier": "robot_rl.bench.classifier",
-    "data": "robot_rl.bench.data",
-    "faults": "robot_rl.bench.faults",
-    "hil": "robot_rl.bench.hil",
-    "learner": "robot_rl.bench.learner",
-    "learning": "robot_rl.bench.learning",
-    "ros": "robot_rl.bench.ros",
-    "sim": "robot_rl.bench.sim",
+
+class Benchmark(NamedTuple):
+    """A registry entry: the module with a ``run(quick: bool, log) -> dict`` function (and
+    ``device`` where it takes one), and the one line ``robot-rl bench --help`` shows for it."""
+
+    module: str
+    summary: str
+
+
+# name -> Benchmark: the one place a benchmark is named, found and described
+BENCHMARKS: dict[str, Benchmark] = {
+    "classifier": Benchmark("robot_rl.bench.classifier",
+                            "the success classifier as the reward: false positives, recall, steps to 90%"),
+    "data": Benchmark("robot_rl.bench.data", "episode store write/read speed, size per codec, demo loading time"),
+    "faults": Benchmark("robot_rl.bench.faults", "what a crash or a corrupt file costs: kill loops, corruptions"),
+    "hil": Benchmark("robot_rl.bench.hil", "what a human in the loop buys: steps to 90%, console latency"),
+    "learner": Benchmark("robot_rl.bench.learner", "SAC/RLPD updates/s, acting latency, replay bytes per transition"),
+    "learning": Benchmark("robot_rl.bench.learning", "sample efficiency: env steps to 90-95% success per task (hours)"),
+    "ros": Benchmark("robot_rl.bench.ros", "the ROS 2 control loop and learner link: latency, jitter, rates"),
+    "sim": Benchmark("robot_rl.bench.sim", "sim twin env steps/s per backend and task, expert success rate"),
 }
 
 
@@ -29,6 +40,12 @@ class BenchmarkDeviceError(UserFacingError):
     """``--device`` for a benchmark that does not take one."""
 
 
+def listing() -> str:
+    """One line per benchmark, name then what it measures (``robot-rl bench --help``)."""
+    width = max(map(len, BENCHMARKS))
+    return "\n".join(f"  {name:<{width}}  {entry.summary}" for name, entry in sorted(BENCHMARKS.items()))
+
+
 def takes_device(run) -> bool:
     return "device" in inspect.signature(run).parameters
 
@@ -37,8 +54,9 @@ def run_benchmark(name: str, quick: bool = False, log=print, device: str | None 
     """The figures of benchmark ``name``; ``device`` (auto, cpu, cuda, cuda:N, mps; resolved first)
     goes to a benchmark whose ``run`` takes one, and is an error for any other (None: its default)."""
     if name not in BENCHMARKS:
-        raise UnknownBenchmarkError(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))}")
-    run = importlib.import_module(BENCHMARKS[name]).run
+        raise UnknownBenchmarkError(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))} "
+                                    "(`robot-rl bench --help` says what each measures)")
+    run = importlib.import_module(BENCHMARKS[name].module).run
     if device is None:
         return run(quick=quick, log=log)
     if not takes_device(run):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -16,10 +18,19 @@ from robot_rl.errors import UserFacingError
 def _cmd_sim_tasks(args) -> int:
     from robot_rl.sim import BACKENDS, TASKS
 
+    width = max(map(len, TASKS)) + 2
     for name, cls in TASKS.items():
-        print(f"{name:10s} {cls.__doc__.strip().splitlines()[0]}")
+        print(_wrapped(cls.description(), first=f"{name:<{width}}", indent=width))
     print(f"backends: {', '.join(BACKENDS)}")
     return 0
+
+
+def _wrapped(text: str, first: str, indent: int) -> str:
+    """``text`` after ``first``, wrapped to the terminal's width (COLUMNS, else 80 when not a
+    terminal), continuation lines indented: never cut."""
+    columns = max(shutil.get_terminal_size().columns, indent + 30)
+    return textwrap.fill(text, width=columns, initial_indent=first, subsequent_indent=" " * indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _cmd_sim_run(args) -> int:
@@ -116,8 +127,8 @@ def _cmd_data(args) -> int:
     if command == "check":
         return _data_check(args.store, args.repair)
     if command == "info":
-        result = tools.info(args.store)
-    elif command == "view":
+        return _data_info(args.store, args.json)
+    if command == "view":
         result = tools.export_video(args.store, args.out or f"{str(args.store).rstrip('/')}.view.gif", args.episodes)
     elif command == "export-video":
         result = tools.export_video(args.store, args.out, args.episodes, args.fps)
@@ -126,6 +137,15 @@ def _cmd_data(args) -> int:
     else:
         result = tools.split(args.store, args.out, args.episodes)
     print(json.dumps(result))
+    return 0
+
+
+def _data_info(store: str, as_json: bool) -> int:
+    """The store's summary and a table of its arrays; with ``as_json`` one JSON object of the same."""
+    from robot_rl.data.info import info, info_text
+
+    summary = info(store)
+    print(json.dumps(summary) if as_json else info_text(summary))
     return 0
 
 
@@ -322,8 +342,10 @@ def add_record(sub) -> None:
 def add_data(sub) -> None:
     data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video").add_subparsers(
         dest="data_command", required=True)
-    d_info = data.add_parser("info", help="episodes, lengths, success rate, intervention share")
+    d_info = data.add_parser("info", help="what a store holds: episodes, lengths, success rate, intervention share, "
+                                          "metadata and a table of every array")
     d_info.add_argument("store")
+    d_info.add_argument("--json", action="store_true", help="print it as one JSON object (the last line) instead")
     d_info.set_defaults(func=_cmd_data)
     d_check = data.add_parser("check", help="verify every chunk of every committed episode (exit 1 if damaged)")
     d_check.add_argument("store")
@@ -475,10 +497,15 @@ def add_encoder(sub) -> None:
 
 
 def add_bench(sub) -> None:
-    bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures")
-    bench.add_argument("name")
+    from robot_rl.bench import listing
+
+    bench = sub.add_parser("bench", help="run a benchmark; with --json the last line is a JSON object of figures",
+                           description="Run a benchmark; with --json the last line is a JSON object of figures.",
+                           epilog=f"benchmarks:\n{listing()}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("name", metavar="NAME", help="the benchmark to run (listed below)")
     bench.add_argument("--quick", action="store_true", help="fewer samples, same figures (a minute or two)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="the figures as one JSON object on the last line "
+                                                           "(progress goes to stderr)")
     bench.add_argument("--device", metavar="DEVICE",
                        help="the torch device of the benchmarks that take one (learner, learning, classifier): auto "
                             "(CUDA when present), cpu, cuda, cuda:N or mps (default: the benchmark's own)")

@@ -158,7 +158,8 @@ class EpisodeStore:
             raise StoreError(f"mode must be 'r' or 'a', got {mode!r}")
         path = Path(path)
         if not (path / "zarr.json").is_file():
-            raise StoreError(f"{path} is not an episode store (no zarr.json)")
+            why = "no zarr.json" if path.is_dir() else "a file, not a folder" if path.exists() else "it does not exist"
+            raise StoreError(f"{path} is not an episode store ({why})")
         try:
             root = zarr.open_group(str(path), mode="r" if mode == "r" else "r+")
         except Exception as e:  # noqa: BLE001 - any zarr failure means the same thing to the user

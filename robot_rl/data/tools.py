@@ -6,32 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.data.info import info  # noqa: F401 - robot_rl.data.tools.info, as before
 from robot_rl.data.output import written_whole
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
-
-
-def info(path: str | Path) -> dict:
-    """Episodes, lengths, success rate and intervention share of a store."""
-    store = EpisodeStore.open(path)
-    lengths = store.episode_lengths
-    flags = store.read(0, store.n_frames, ["success", "is_intervention", "has_action"]) if len(store) else None
-    successes = []
-    for i in range(len(store)):
-        start, stop = store.episode_range(i)
-        successes.append(bool(flags["success"][start:stop].any()))
-    steps = int(flags["has_action"].sum()) if flags else 0
-    return {
-        "path": str(path), "task": store.attrs.get("task"), "robot": store.attrs.get("robot"),
-        "control_hz": store.attrs.get("control_hz"), "cameras": {k: list(v) for k, v in store.cameras.items()},
-        "image_codec": store.attrs.get("image_codec"), "integrity": store.attrs.get("integrity"),
-        "episodes": len(store), "frames": store.n_frames,
-        "steps": steps, "mean_length": float(lengths.mean()) if len(lengths) else 0.0,
-        "min_length": int(lengths.min()) if len(lengths) else 0, "max_length": int(lengths.max()) if len(lengths) else 0,
-        "success_rate": float(np.mean(successes)) if successes else 0.0,
-        "intervention_share": float(flags["is_intervention"][flags["has_action"]].mean()) if steps else 0.0,
-        "fields": {k: [list(s), np.dtype(d).name] for k, (s, d) in store.fields.items() if k not in FRAME_FIELDS},
-        "bytes_on_disk": store.nbytes_stored(), "raw_bytes": store.nbytes_raw(),
-    }
 
 
 def parse_episodes(spec: str | None, n: int) -> list[int]:
