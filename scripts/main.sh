@@ -14,66 +14,104 @@
 #      round 1 for 3/4 of the steps, then the classifier is measured on the policy's own rollouts
 #      and, above its target false-positive rate, retrained with those hard negatives; round 2
 #      goes on to the end with the classifier of that moment;
-#   5. grade it by ground truth (50 episodes), measure the classifier on the final policy's
-#      rollouts, and write <run>/report.md (curves, both rounds' classifier figures).
+#   5. grade it by ground truth (50 episodes, the run's one final figure, in summary.json and
+#      report.md), measure the classifier on the final policy's rollouts, and write
+#      <run>/report.md (curves, both rounds' classifier figures).
+# Each stage says "stage k of n", what it does and how long it should take; long loops print a
+# progress line at least every 15 s, and any 20 s without output gets a "still running" line.
 # STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
 # training steps, OBS=state trains the sim-only state policy (privileged object poses) instead;
 # extra arguments go to `robot-rl train`. STACK=ros trains through the ROS 2 stack instead
 # (`robot-rl launch sim_train`, one round; extra arguments go to it, e.g. learner.utd:=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+source scripts/progress.sh
+STEPS="${STEPS:-10000}"
+ROUND1=$(( STEPS * 3 / 4 ))
+CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-4000}"
+OBS="${OBS:-pixels}"
+if [ "${STACK:-}" = ros ]; then STAGES=6; elif [ "$OBS" = state ]; then STAGES=7; else STAGES=8; fi
+# minutes a stage takes alone on 2 CPU cores (measured on a fresh clone; a busy machine is slower)
+minutes() { echo "about $(( ($1 + 59) / 60 )) min"; }
+per_step_ms=$([ "$OBS" = state ] && echo 80 || echo 150)  # a training env step with its updates and evaluations
+
+stage "set-up: .venv/ with robot_rl and its dependencies" "about 2 min the first time, seconds after"
+quiet_guard bash scripts/setup.sh
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 R=.venv/bin/robot-rl
 RUN="runs/main-pickcube-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
-STEPS="${STEPS:-10000}"
-ROUND1=$(( STEPS * 3 / 4 ))
+echo "run folder: $RUN"
+CLASSIFIER="$RUN/classifier"  # the reward's classifier; round 2 may retrain it
 CAMS="--images --image-size 64 --cameras front wrist side"
+
+stage "record 20 demonstrations and the classifier's 40 takes (scripted expert, cameras at 64x64)" "about 1 min"
 # seed 10000 and noise 0.1 are the takes `--demos 20` would collect in memory (same expert, same seeds)
-$R record --task PickCube --episodes 20 --noise 0.1 --seed 10000 --successful-only --images --image-size 64 \
+quiet_guard $R record --task PickCube --episodes 20 --noise 0.1 --seed 10000 --successful-only --images --image-size 64 \
     --cameras front wrist --out "$RUN/demos.zarr"
-$R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only $CAMS \
+quiet_guard $R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only $CAMS \
     --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --hold-release 0.5 --out "$RUN/classifier_successes.zarr"
-$R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only $CAMS \
+quiet_guard $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only $CAMS \
     --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
-$R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
-    --steps "${CLASSIFIER_STEPS:-4000}" --consecutive 2 --out "$RUN/classifier"
-if [ "${OBS:-pixels}" = state ]; then
-  OBSERVATION=(--obs state)  # sim only: the policy reads the sim's object poses
+
+stage "train the success classifier ($CLASSIFIER_STEPS steps) and calibrate it for 1% false positives" \
+    "$(minutes $(( CLASSIFIER_STEPS * 100 / 1000 )))"
+quiet_guard $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
+    --steps "$CLASSIFIER_STEPS" --consecutive 2 --out "$RUN/classifier"
+if [ "$OBS" = state ] || [ "${STACK:-}" = ros ]; then
+  OBSERVATION=(--obs state)  # sim only: the policy reads the sim's object poses (the ROS stack trains this one)
 else
-  $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" --steps "${ENCODER_STEPS:-1000}" --probe-steps 500 \
-      --out "$RUN/encoder"
-  OBSERVATION=(--obs pixels --frozen-encoder "$RUN/encoder")
+  stage "pretrain the frozen image encoder (bc, autoencoder, the classifier's trunks; the best by a held-out probe)" \
+      "about 4 min"
+  quiet_guard $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" \
+      --steps "${ENCODER_STEPS:-1000}" --probe-steps 500 --out "$RUN/encoder"
+  OBSERVATION=(--obs "$OBS" --frozen-encoder "$RUN/encoder")
 fi
-rollouts() {  # the policy's own rollouts, scored by a classifier: $1 = store, $2 = classifier, $3 = result file
-  $R record --task PickCube --policy "$RUN" --episodes 20 --seed "$4" $CAMS --continue-after-success 100 --out "$1"
-  $R classifier eval --classifier "$2" --data "$1" | tail -n 1 > "$3"
+result_to() {  # result_to FILE CMD...: CMD's output shown as it comes, its last line (a JSON result) kept in FILE
+  local file=$1
+  shift
+  quiet_guard "$@" | tee "$file.out"
+  tail -n 1 "$file.out" > "$file"
+  rm -f "$file.out"
+}
+rollouts() {  # the policy's own rollouts, scored by a classifier: $1 = store, $2 = classifier, $3 = result file, $4 = seed
+  quiet_guard $R record --task PickCube --policy "$RUN" --episodes 20 --seed "$4" $CAMS --continue-after-success 100 --out "$1"
+  result_to "$3" $R classifier eval --classifier "$2" --data "$1"
 }
 if [ "${STACK:-}" = ros ]; then
+  stage "train through the ROS 2 stack ($STEPS env steps in real time at 10 Hz; arm, cameras, actor, learner, recorder)" \
+      "$(minutes $(( STEPS / 10 + 120 )))"
   # the same training through the ROS 2 stack: arm, cameras, actor, learner and recorder as
   # separate nodes over DDS (loopback), in real time at 10 Hz
-  ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}" $R launch sim_train \
+  ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}" quiet_guard $R launch sim_train \
       demo_store:="$RUN/demos.zarr" reward_classifier:="$RUN/classifier" env_steps:="$STEPS" \
       run_dir:="$RUN" "$@"
+  stage "grade the final policy by ground truth (50 episodes: the run's final figure, eval.json)" "about 2 min"
+  result_to "$RUN/eval.json" $R eval --checkpoint "$RUN" --episodes 50
 else
-  # round 1, then the classifier checked against the policy it pays
-  $R train --task PickCube "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
+  stage "train round 1: PickCube from ${OBS} for $ROUND1 env steps with the classifier's reward (SAC/RLPD)" \
+      "$(minutes $(( ROUND1 * per_step_ms / 1000 )))"
+  quiet_guard $R train --task PickCube "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
       --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
+  stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
+      "about 2 min (4 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300
-  CLASSIFIER="$RUN/classifier"
   # the classifier was calibrated for 1% false positives (classifier train's --target-fpr default)
   if .venv/bin/python -c "import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))['fpr'] > 0.01 else 1)" \
       "$RUN/classifier_round1_on_the_trained_policy.json"; then
     echo "the classifier's false-positive rate on the policy's rollouts is above its target: retraining with them"
-    $R classifier hard-negatives --classifier "$RUN/classifier" --rollouts "$RUN/policy_rollouts_round1.zarr" \
-        --out "$RUN/hard_negatives.zarr" --retrain "$RUN/classifier_round2" | tail -n 1 > "$RUN/classifier_round2_validation.json"
+    result_to "$RUN/classifier_round2_validation.json" $R classifier hard-negatives --classifier "$RUN/classifier" \
+        --rollouts "$RUN/policy_rollouts_round1.zarr" --out "$RUN/hard_negatives.zarr" --retrain "$RUN/classifier_round2"
     [ -f "$RUN/classifier_round2/classifier.safetensors" ] && CLASSIFIER="$RUN/classifier_round2"
+  else
+    echo "the classifier's false-positive rate on the policy's rollouts is within its target: round 2 keeps it"
   fi
-  # round 2 to the end, with the classifier of that moment
-  $R train --resume "$RUN" --steps "$STEPS" --reward-classifier "$CLASSIFIER"
+  stage "train round 2 to $STEPS env steps, then grade by ground truth (50 episodes: the run's final figure)" \
+      "$(minutes $(( (STEPS - ROUND1) * per_step_ms / 1000 + 150 )))"
+  quiet_guard $R train --resume "$RUN" --steps "$STEPS" --reward-classifier "$CLASSIFIER" --final-eval-episodes 50
 fi
-$R eval --checkpoint "$RUN" --episodes 50 | tee "$RUN/eval.json"
-rollouts "$RUN/policy_rollouts.zarr" "${CLASSIFIER:-$RUN/classifier}" "$RUN/classifier_on_the_trained_policy.json" 400
-$R report "$RUN"
-echo "run folder: $RUN (report.md, classifier/, encoder/, demos.zarr, checkpoints/, and summary.json + learning_curve.png + tensorboard/ or, with STACK=ros, actor_summary.json + online.zarr)"
+stage "measure the classifier on the final policy's rollouts (20 episodes) and write report.md" "about 2 min"
+rollouts "$RUN/policy_rollouts.zarr" "$CLASSIFIER" "$RUN/classifier_on_the_trained_policy.json" 400
+quiet_guard $R report "$RUN"
+echo "done in $(elapsed "$JOB_START"). Run folder: $RUN (report.md, classifier/, encoder/, demos.zarr, checkpoints/, and"
+echo "summary.json + learning_curve.png + tensorboard/ or, with STACK=ros, actor_summary.json + eval.json + online.zarr)"

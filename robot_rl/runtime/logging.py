@@ -38,6 +38,7 @@ class RunLogger:
     def progress(self, step: int, actor_state: dict, status: dict) -> None:
         if self.lines and self._lines is None:
             self._lines = ProgressLines("train", self.total, first=step - 1)
+            self._last_logged = step - 1  # a resumed run's first line comes after its own 100 steps
         overdue = self._lines is not None and self._lines.due(step)  # 15 s without a line
         if step - self._last_logged < 100 and step != self.total and not overdue:
             return

@@ -41,7 +41,7 @@ class ProgressLines:
         share = f" ({done / self.total:.0%})" if self.total > 0 else ""
         text = f"{self.label}: {self.unit[:-1] if self.unit.endswith('s') else self.unit} {done}/{self.total}{share}"
         elapsed = now - self.start
-        if done > self.first and elapsed > 0:
+        if done > self.first and elapsed >= 1:  # a rate over less than a second says nothing
             rate = (done - self.first) / elapsed
             text += f", {_rate(rate)} {self.unit}/s"
             if done < self.total:
