@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float32, Float32MultiArray, Float64MultiArray, String
@@ -123,10 +122,14 @@ class ArmNode(Node):
         self.create_subscription(TwistStamped, topics.VELOCITY_COMMAND, self.on_velocity, 10)
         self.create_subscription(PoseStamped, topics.POSE_COMMAND, self.on_pose, 10)
         self.create_subscription(Float32, topics.GRIPPER_COMMAND, self.on_gripper, 10)
-        # its own callback group: with the node spun by two threads, an e-stop is handled while a
-        # reset's motion (seconds on a real arm) or a tick is still running
-        self.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched(),
-                                 callback_group=MutuallyExclusiveCallbackGroup())
+        # the e-stop on a node of its own that its own thread spins (drivers/node.py run): it is
+        # handled while a reset's motion (seconds on a real arm) or a tick is still running. Not one
+        # node spun by rclpy's MultiThreadedExecutor: that starved this node's timer and
+        # subscriptions for seconds at a time (ticks stalled, the operator's heartbeat seen lost).
+        self.estop_node = Node(f"{self.get_name()}_estop", namespace=self.get_namespace(), context=self.context,
+                               cli_args=["--ros-args", "-r", f"__node:={self.get_name()}_estop"])
+        self.estop_node.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
+        self.background_nodes = [self.estop_node]
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.on_teleop_action, topics.qos_sensor())
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, lambda m: self.supervisor.set_intervening(m.data), 10)
         self.create_subscription(Empty, topics.TELEOP_HEARTBEAT, lambda m: self.supervisor.operator_heartbeat(),
@@ -294,10 +297,11 @@ class ArmNode(Node):
 
     def close(self):
         self.backend.close()
+        self.estop_node.destroy_node()
 
 
 def main(args=None) -> None:
-    run(ArmNode, args, threads=2)
+    run(ArmNode, args)
 
 
 if __name__ == "__main__":

@@ -104,34 +104,33 @@ def refuse(err: Exception) -> None:
     sys.exit(2)
 
 
-def run(node_factory, args=None, threads: int = 1) -> None:
+def run(node_factory, args=None) -> None:
     """rclpy.init, build the node, spin; SIGTERM and Ctrl-C end it cleanly (``close()`` if any). A
     configuration the node refuses while it is built is one line and exit status 2 (``refuse``).
-    ``threads`` > 1: a multi-threaded executor (callbacks in different callback groups run at once)."""
+    The node's ``background_nodes`` (if any) are spun each by a thread of its own, so that their
+    callbacks (the arm's e-stop) run while one of the node's own callbacks is still running."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
     from robot_rl.errors import UserFacingError
 
     rclpy.init(args=args if args is not None else sys.argv)  # installs SIGINT and SIGTERM handlers
-    node = None
+    node, spinners = None, []
     try:
         try:
             node = node_factory()
         except (UserFacingError, ValueError) as err:  # a configuration it refuses: one line, exit status 2
             refuse(err)
-        if threads > 1:
-            from rclpy.executors import MultiThreadedExecutor
-
-            rclpy.spin(node, executor=MultiThreadedExecutor(num_threads=threads))
-        else:
-            rclpy.spin(node)
+        spinners = [spin_in_background(side) for side in getattr(node, "background_nodes", [])]
+        rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
         if rclpy.ok():  # a callback cut off by the shutdown is not an error
             raise
     finally:
+        for spinner in spinners:
+            spinner.shutdown()
         if node is not None:
             close = getattr(node, "close", None)
             if close is not None:
