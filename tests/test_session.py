@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -83,7 +82,6 @@ def supervised(nodes, env):
     finally:
         supervisor.stopping.set()
         runner.join(60)
-        shutil.rmtree(supervisor.folder, ignore_errors=True)
 
 
 def free_port() -> int:
