@@ -256,7 +256,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     pytest.importorskip("rclpy")
     from robot_rl.commands.record import record_rollouts
     from robot_rl.data.store import EpisodeStore
-    from tests.helpers.ros import free_domain_id, ros_environment
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
     demos = tmp_path / "demos.zarr"
     record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")
@@ -266,7 +266,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
            "learner.pretrain_steps:=20", "learner.critic_warmup_steps:=20", "learner.batch_size:=32",
            "actor.max_episode_steps:=20"]
     # the stack's side/wrist cameras still run; the actor and recorder read only the front one
-    result = subprocess.run(cmd, env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=300)
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "actor exited (0); stopping the stack" in result.stdout
     store = EpisodeStore.open(run / "online.zarr")

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,7 +21,7 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     flagged in the store, and the console served the whole time."""
     pytest.importorskip("rclpy")
     from robot_rl.data.store import EpisodeStore
-    from tests.helpers.ros import free_domain_id, ros_environment
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -30,7 +29,7 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     run = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("robot-rl")), "session", "--task", "PickCube", "--policy", "teleop",
            "--simulated-human", "1.0", "--devices", "--steps", "80", "--console-port", str(port), "--run-dir", str(run)]
-    result = subprocess.run(cmd, env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=300)
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"console on http://127.0.0.1:{port}/" in result.stdout
     store = EpisodeStore.open(run / "session.zarr")
