@@ -5,6 +5,7 @@ touching what the tests themselves capture, and writes nothing once the session 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_a_run_logged_to_a_file_shows_its_progress_and_stops_at_its_end(tmp_path
     # while the last test waits: how many are done and failed, which one runs and for how long
     mine = [line for line in progress if "running test_inner.py::test_waits_for_its_progress_line (" in line]
     assert mine and all(" 2/3 done, 1 failed, running " in line for line in mine), progress
-    assert mine[0].startswith("[tests 0:") and mine[0].endswith(" s)")
+    assert re.fullmatch(r"\[tests \d+:\d\d\] 2/3 done, 1 failed, running \S+ \(\d+ s\)", mine[0]), mine[0]
     assert not any("[tests " in line[1:] for line in lines)  # on a line of its own, never glued to pytest's dots
     # the summary comes after the last progress line, and the thread had stopped before it
     summary = next(i for i, line in enumerate(lines) if "1 failed, 2 passed" in line)

@@ -9,7 +9,9 @@ capture of a running test: capsys and capfd never see it. A run shorter than the
 prints nothing. The thread that writes it stops when the session finishes, before pytest's
 summary; nothing is written after that.
 
-tests/conftest.py loads it; elsewhere: ``pytest -p tests.helpers.progress``.
+tests/conftest.py loads it; elsewhere: ``pytest -p tests.helpers.progress``. It has to be
+loaded before pytest configures its plugins (from the command line or an initial conftest.py,
+as here): a conftest found later is configured while a test's output is captured.
 """
 
 from __future__ import annotations
@@ -32,8 +34,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     every = config.getoption("progress_every")
-    if every and every > 0:
-        config.pluginmanager.register(Progress(every, os.dup(1)), "robot-rl-progress")
+    if not every or every <= 0:
+        return
+    try:
+        fd = os.dup(1)  # pytest's capture is suspended while plugins are configured: this is the real one
+    except OSError:  # no standard output at all
+        return
+    config.pluginmanager.register(Progress(every, fd), "robot-rl-progress")
 
 
 def clock_text(seconds: float) -> str:
