@@ -15,11 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # The inner run's tests. The last one waits, with a bounded number of checks, until the
 # progress line naming it has reached the log file; the log is what a CI log would be.
 INNER_TESTS = '''
-import os
 import pathlib
 import time
 
-LOG = pathlib.Path(os.environ["PROGRESS_TEST_LOG"])
+LOG = pathlib.Path(__file__).with_name("log.txt")  # the inner run's output
 
 
 def wait_for_line(text):
@@ -61,7 +60,7 @@ def run_inner(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProces
     (tmp_path / "conftest.py").write_text(INNER_CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the inner run's own rootdir, not the repository's
     log = tmp_path / "log.txt"
-    env = {**os.environ, "PROGRESS_TEST_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as out:
         result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.helpers.progress", "-p", "no:cacheprovider",
                                  "-q", f"--basetemp={tmp_path / 'basetemp'}", *options, "test_inner.py"],
