@@ -6,7 +6,8 @@ The browser opens the address with the token that the teleop node printed on its
 output, as the operator does. The test watches the camera view change while the operator
 drives with the keyboard, presses every button, and asserts what arrived: intervention flags
 and the operator's outcomes in the actor and in the recorded episodes, the re-recorded episode
-dropped, pause and resume. The screenshots land in test-artifacts/console/.
+dropped, pause and resume. The screenshots land in the test's temporary folder (console/), or
+in $ROBOT_RL_TEST_ARTIFACTS/console/ when that is set (to keep them, e.g. as CI artifacts).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ rclpy = pytest.importorskip("rclpy")
 
 from tests.helpers.ros import free_domain_id, node_process  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = Path(os.environ.get("ROBOT_RL_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "console"
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
@@ -49,7 +48,7 @@ def wait_for(condition, timeout: float, what: str):
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path):
     if not (CHROMIUM and CHROMEDRIVER):
         if os.environ.get("CI"):
             pytest.fail("chromium and chromium-driver are missing: scripts/setup.sh installs them for the tests")
@@ -61,7 +60,11 @@ def browser():
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,900"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # its profile, crash reports (~/.config/chromium) and dconf cache (~/.cache/dconf) in the test's folder
+    home = tmp_path / "browser"
+    options.add_argument(f"--user-data-dir={home / 'profile'}")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache")}
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
     driver.set_page_load_timeout(30)
     try:
         yield driver
@@ -69,13 +72,22 @@ def browser():
         driver.quit()
 
 
-def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_path, browser):
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    """Where the screenshots go: $ROBOT_RL_TEST_ARTIFACTS/console if set (kept), else the test's
+    temporary folder."""
+    kept = os.environ.get("ROBOT_RL_TEST_ARTIFACTS")
+    folder = (Path(kept) if kept else tmp_path) / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_path, browser, artifacts):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     from robot_rl.data.store import EpisodeStore
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     domain, port, size = free_domain_id(), free_port(), 32
     store_path, run = tmp_path / "session.zarr", tmp_path / "run"
     url = f"http://127.0.0.1:{port}/"
@@ -89,7 +101,7 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
         browser.find_element(By.ID, f"btn-{button}").click()
 
     def shot(name: str):
-        browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+        browser.save_screenshot(str(artifacts / f"{name}.png"))
 
     with node_process("robot_rl.drivers.arm_node", {"seed": 3}, domain, tmp_path), \
             node_process("robot_rl.drivers.camera_node", {"name": "front", "height": size, "width": size}, domain,
@@ -181,7 +193,7 @@ def test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands(tmp_pa
     assert not second["is_intervention"].any() and not second["success"][-1]
     assert not third["is_intervention"].any()
     assert last["is_intervention"].any() and last["success"][-1]
-    assert len(list(ARTIFACTS.glob("*.png"))) >= 5
+    assert len(list(artifacts.glob("*.png"))) >= 5
 
 
 def _reachable(url: str, token: str) -> bool:

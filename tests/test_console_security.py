@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -226,7 +225,6 @@ def test_off_loopback_without_a_token_the_node_says_one_line_and_its_stack_ends(
     if runner.is_alive():
         supervisor.stopping.set()
         runner.join(30)
-    shutil.rmtree(supervisor.folder, ignore_errors=True)
     assert result == [2] and supervisor.restarts["teleop"] == 0, lines
     said = [line for line in lines if line.startswith("[teleop]")]
     assert len(said) == 1 and "teleop_node: error: the console is bound to 0.0.0.0" in said[0]

@@ -297,19 +297,18 @@ def test_the_franka_sim_stack_runs_three_episodes_end_to_end(tmp_path):
     """franky-sim's server, arm_node (franka), teleop, recorder and actor as a real cell runs them:
     the scripted motions for 3 episodes, each committed by the recorder."""
     import socket
-    import subprocess
     import sys
 
     from robot_rl.data.store import EpisodeStore
-    from tests.helpers.ros import free_domain_id, ros_environment
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_dir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-m", "robot_rl.commands.cli", "launch", "franka_sim",
-                          f"robot_ip:={free_loopback()}", f"run_dir:={run_dir}", f"console_port:={port}"],
-                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=400)
+    out = run_stack([sys.executable, "-m", "robot_rl.commands.cli", "launch", "franka_sim",
+                     f"robot_ip:={free_loopback()}", f"run_dir:={run_dir}", f"console_port:={port}"],
+                    ros_environment(free_domain_id()), timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     store = EpisodeStore.open(run_dir / "episodes.zarr")
     assert len(store) == 3, out.stdout[-3000:]

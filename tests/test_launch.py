@@ -5,6 +5,7 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,7 @@ def test_supervisor_respawns_and_stops_when_the_required_node_exits(tmp_path, mo
     assert int(marker.read_text()) >= 2 and supervisor.restarts["crasher"] >= 1  # died, came back
     assert "[finisher] done" in lines and any("finisher exited (0); stopping the stack" in x for x in lines)
     assert all(p.poll() is not None for p in supervisor.procs.values())  # the sleeper was stopped
+    assert supervisor.folder is not None and not supervisor.folder.exists()  # its parameter files removed
 
 
 def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
@@ -191,6 +193,7 @@ def test_supervisor_says_once_that_an_optional_node_failed_and_returns_0_when_st
     assert result == {"code": 0}  # stopped from outside, the required node still running
     assert sum("quitter" in x for x in lines if x.startswith("[launch]")) == 2, lines  # started, exited: once
     assert all(p.poll() is not None for p in supervisor.procs.values())  # the sleeper was stopped
+    assert not supervisor.folder.exists()  # stopped from outside, it removed its parameter files all the same
 
 
 @pytest.mark.parametrize("keep", [False, True])
@@ -210,13 +213,50 @@ def test_launch_removes_the_nodes_parameter_files_unless_asked_to_keep_them(tmp_
         assert folders == []
 
 
+STOPPED_BY = {"SIGTERM": (signal.SIGTERM, 0), "SIGHUP": (signal.SIGHUP, 0), "SIGINT": (signal.SIGINT, 130)}
+
+
+@pytest.mark.parametrize("how", STOPPED_BY)
+def test_a_launch_stopped_by_a_signal_stops_its_nodes_and_removes_its_files(tmp_path, how):
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed) stop the stack: every node is
+    stopped and the parameter folder is removed, so nothing is left in the temporary folder."""
+    sig, code = STOPPED_BY[how]
+    script = ("import sys\n"
+              "import robot_rl.runtime.launcher as launcher\n"
+              "launcher.node_command = lambda node, params: [sys.executable, '-c', 'import time; time.sleep(600)']\n"
+              "sys.exit(launcher.launch('sim_train', [], log=lambda line: print(line, flush=True)))\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("ROBOT_RL_KEEP_LAUNCH_FILES", None)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        nodes, pids = len(resolve("sim_train")), []
+        for line in proc.stdout:  # until every node has started (EOF if the launcher died)
+            if line.startswith("[launch] started "):
+                pids.append(int(line.rsplit("(pid ", 1)[1].rstrip(")\n")))
+                if len(pids) == nodes:
+                    break
+        assert len(pids) == nodes and len(list(tmp_path.glob("robot-rl-launch-*"))) == 1
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)  # a failsafe: the nodes stop at once on SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, out
+    assert list(tmp_path.iterdir()) == []  # the parameter folder is gone
+    for pid in pids:  # and so are the nodes (the launcher waited for each)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     """`robot-rl launch sim_train` end to end over real ROS 2: the actor acts on the twin with
     the learner's weights until env_steps, and the recorder stores its episodes."""
     pytest.importorskip("rclpy")
     from robot_rl.commands.record import record_rollouts
     from robot_rl.data.store import EpisodeStore
-    from tests.helpers.ros import free_domain_id, ros_environment
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
     demos = tmp_path / "demos.zarr"
     record_rollouts(demos, "PickCube", 2, noise=0.1, seed=5, keep="successes")
@@ -226,7 +266,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
            "learner.pretrain_steps:=20", "learner.critic_warmup_steps:=20", "learner.batch_size:=32",
            "actor.max_episode_steps:=20"]
     # the stack's side/wrist cameras still run; the actor and recorder read only the front one
-    result = subprocess.run(cmd, env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=300)
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "actor exited (0); stopping the stack" in result.stdout
     store = EpisodeStore.open(run / "online.zarr")

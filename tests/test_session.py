@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -23,7 +21,7 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     flagged in the store, and the console served the whole time."""
     pytest.importorskip("rclpy")
     from robot_rl.data.store import EpisodeStore
-    from tests.helpers.ros import free_domain_id, ros_environment
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -31,7 +29,7 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     run = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("robot-rl")), "session", "--task", "PickCube", "--policy", "teleop",
            "--simulated-human", "1.0", "--devices", "--steps", "80", "--console-port", str(port), "--run-dir", str(run)]
-    result = subprocess.run(cmd, env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=300)
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"console on http://127.0.0.1:{port}/" in result.stdout
     store = EpisodeStore.open(run / "session.zarr")
@@ -83,7 +81,6 @@ def supervised(nodes, env):
     finally:
         supervisor.stopping.set()
         runner.join(60)
-        shutil.rmtree(supervisor.folder, ignore_errors=True)
 
 
 def free_port() -> int:

@@ -6,9 +6,13 @@ Each node runs as ``python -m robot_rl.<package>.<executable> --ros-args -r __no
 --params-file <run>/<name>.params.yaml [-r from:=to ...]``, its output prefixed with its name.
 A ``required`` node's exit ends the stack; a ``respawn`` node is restarted when it dies, unless
 it exits with status 2 (a configuration error: restarting would not fix it), which ends the
-stack with that status; Ctrl-C or SIGTERM stops every node (SIGTERM, then SIGKILL after a grace
-period). The operator console's token (``ROBOT_RL_CONSOLE_TOKEN``) reaches the teleop node's
+stack with that status; Ctrl-C, SIGTERM or SIGHUP stops every node (SIGTERM, then SIGKILL after a
+grace period). The operator console's token (``ROBOT_RL_CONSOLE_TOKEN``) reaches the teleop node's
 environment only.
+
+The nodes' parameter files live in a temporary folder (``robot-rl-launch-*`` in ``$TMPDIR``, by
+default /tmp) that is removed when the stack stops, however it stops, short of SIGKILL; with
+``ROBOT_RL_KEEP_LAUNCH_FILES`` set it is kept.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ EXECUTABLES = {name: f"robot_rl.drivers.{name}" for name in ("arm_node", "camera
 EXECUTABLES["teleop_node"] = "robot_rl.teleop.teleop_node"
 CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"  # robot_rl.teleop.console reads it (kept ROS-free, no import)
 USER_ERROR_EXIT = 2  # what a node exits with on a configuration error (one line said why)
+FOLDER_PREFIX = "robot-rl-launch-"  # the nodes' parameter files: $TMPDIR/robot-rl-launch-*
+KEEP_FILES_ENV = "ROBOT_RL_KEEP_LAUNCH_FILES"  # set: keep that folder when the stack stops
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides Ctrl-C (SIGINT)
 
 
 class LaunchError(UserFacingError):
@@ -161,16 +168,22 @@ def write_params(node: NodeSpec, folder: Path) -> Path:
 class Supervisor:
     """Start, watch, respawn and stop the processes of one stack."""
 
-    def __init__(self, nodes: list[NodeSpec], log=print, grace_s: float = 10.0, env: dict | None = None):
+    def __init__(self, nodes: list[NodeSpec], log=print, grace_s: float = 10.0, env: dict | None = None,
+                 keep_files: bool | None = None):
+        """``keep_files``: keep the nodes' parameter files when the stack stops (default: whether
+        ROBOT_RL_KEEP_LAUNCH_FILES is set)."""
         self.nodes, self.log, self.grace_s = nodes, log, grace_s
         self.env = env
-        self.folder = Path(tempfile.mkdtemp(prefix="robot-rl-launch-"))
+        self.keep_files = bool(os.environ.get(KEEP_FILES_ENV)) if keep_files is None else keep_files
+        self.folder: Path | None = None  # the parameter files' folder, made by the first start()
         self.procs: dict[str, subprocess.Popen] = {}
         self.restarts: dict[str, int] = {n.name: 0 for n in nodes}
         self.exited: set[str] = set()  # nodes neither required nor respawned that have exited (said once)
         self.stopping = threading.Event()
 
     def start(self, node: NodeSpec) -> None:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
         proc = subprocess.Popen(node_command(node, write_params(node, self.folder)), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1, env=node_environment(node, self.env))
         self.procs[node.name] = proc
@@ -182,10 +195,11 @@ class Supervisor:
             self.log(f"[{name}] {line.rstrip()}")
 
     def run(self) -> int:
-        """Until a required node exits (its exit code is returned) or ``stop()``."""
-        for node in self.nodes:
-            self.start(node)
+        """Until a required node exits (its exit code is returned) or ``stop()``; then every
+        node is stopped and the parameter files are removed (unless kept)."""
         try:
+            for node in self.nodes:
+                self.start(node)
             while not self.stopping.is_set():
                 for node in self.nodes:
                     rc = self.procs[node.name].poll()
@@ -209,7 +223,10 @@ class Supervisor:
                             self.log(f"[launch] {node.name} exited ({rc})")
                 time.sleep(0.2)
         finally:
-            self.stop()
+            try:
+                self.stop()
+            finally:  # a second Ctrl-C during stop() too
+                self.remove_files()
         return 0  # stopped (stop(), SIGTERM) with every required node still running
 
     def stop(self) -> None:
@@ -225,18 +242,27 @@ class Supervisor:
                 proc.kill()
                 proc.wait(5)
 
+    def remove_files(self) -> None:
+        """Remove the parameter files' folder, unless they are to be kept."""
+        if self.folder is not None and not self.keep_files:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
 
 def launch(stack: str, overrides: list[str], log=print, env: dict | None = None) -> int:
     """Run a stack until its required node exits; ``env``: the nodes' environment (default: ours)."""
     nodes = resolve(stack, parse_overrides(overrides))
     supervisor = Supervisor(nodes, log=log, env=env)
-    previous = signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
+    # SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) stop the stack as
+    # Ctrl-C does: its nodes stopped, its files removed. SIGKILL cannot be caught.
+    previous = {sig: signal.signal(sig, lambda *_: supervisor.stopping.set()) for sig in STOP_SIGNALS}
     try:
         return supervisor.run()
     except KeyboardInterrupt:
         return 130
     finally:
-        supervisor.stop()
-        signal.signal(signal.SIGTERM, previous)
-        if not os.environ.get("ROBOT_RL_KEEP_LAUNCH_FILES"):
-            shutil.rmtree(supervisor.folder, ignore_errors=True)
+        try:
+            supervisor.stop()
+        finally:
+            supervisor.remove_files()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,27 @@ def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path
             yield proc
         finally:
             stop(proc)
+
+
+def run_stack(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)`` for a
+    ``robot-rl launch`` / ``robot-rl session`` process, except on timeout: subprocess.run would
+    SIGKILL it and leave its nodes running (and its parameter folder behind); this stops it with
+    SIGTERM, as a service manager would, so that it stops its nodes and removes its files, then
+    fails with its output."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=60)  # its nodes get a grace period of 10 s each
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(cmd[:3])} ... still ran after {timeout} s (stopped with SIGTERM):\n"
+                                 f"{out[-3000:]}{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
