@@ -2,6 +2,7 @@
 loopback, a private domain), and the RealSense path through librealsense's software device."""
 
 import json
+import os
 import threading
 import time
 
@@ -17,7 +18,7 @@ import rclpy.executors  # noqa: E402
 import rclpy.node  # noqa: E402
 from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
-from std_msgs.msg import Bool, Float32, String  # noqa: E402
+from std_msgs.msg import Bool, Empty, Float32, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from robot_rl.drivers import messages as msgs  # noqa: E402
@@ -374,6 +375,61 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe.spin_until(lambda: z_of(poses) < z_stop - 0.05, 60, "the arm to go down after release",
                      between=lambda: velocity.publish(down))
     assert probe.call(Trigger, topics.RESET).success
+
+
+SLOW_RESET_ARM = """
+import threading
+from std_msgs.msg import Empty
+from robot_rl.drivers import arm_node
+from robot_rl.drivers.node import run
+
+estopped = threading.Event()
+
+
+class SlowResetArm(arm_node.ArmNode):
+    \"\"\"A reset that lasts until the e-stop has been taken (a real arm's reset is seconds of motion).\"\"\"
+
+    def on_estop(self, msg):
+        super().on_estop(msg)
+        estopped.set()
+
+    def on_reset(self, request, response):
+        if not hasattr(self, "started"):
+            self.started = self.create_publisher(Empty, "test/reset_started", 10)
+        self.started.publish(Empty())
+        estopped.wait(60)  # only a failing run waits this out
+        return super().on_reset(request, response)
+
+
+run(SlowResetArm)
+"""
+
+
+def test_the_arm_takes_the_e_stop_while_a_reset_is_still_running(tmp_path):
+    """The e-stop must act during a reset's motion (seconds on a real arm): the arm node's own
+    callbacks are busy with the reset, so the e-stop has a node and a thread of its own. Here
+    the reset goes on only once the e-stop is in: it is refused (e-stopped) instead of hanging."""
+    (tmp_path / "slow_reset_arm.py").write_text(SLOW_RESET_ARM)
+    domain = free_domain_id()
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    with node_process("slow_reset_arm", {"seed": 1}, domain, tmp_path, env={"PYTHONPATH": path}) as arm:
+        probe = Probe(domain)
+        try:
+            status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+            started = probe.subscribe(Empty, "test/reset_started", 10)
+            client = probe.node.create_client(Trigger, topics.RESET)
+            probe.spin_until(lambda: status and client.service_is_ready(), 60, "the arm's status and reset service")
+            reply = client.call_async(Trigger.Request())
+            probe.spin_until(lambda: started, 60, "the reset under way")
+            estop = probe.node.create_publisher(Bool, topics.ESTOP, topics.qos_latched())
+            estop.publish(Bool(data=True))
+            probe.spin_until(reply.done, 120, "the reset's reply")
+            assert reply.result().success is False
+            assert reply.result().message.startswith(topics.RESET_REFUSED_ESTOP), reply.result().message
+            probe.spin_until(lambda: status_of(status)["estopped"], 30, "e-stop status")
+            assert arm.poll() is None
+        finally:
+            probe.close()
 
 
 def test_malformed_commands_never_crash_the_arm(sim_cell):
