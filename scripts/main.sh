@@ -31,9 +31,10 @@ ROUND1=$(( STEPS * 3 / 4 ))
 CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-4000}"
 OBS="${OBS:-pixels}"
 if [ "${STACK:-}" = ros ]; then STAGES=6; elif [ "$OBS" = state ]; then STAGES=7; else STAGES=8; fi
-# minutes a stage takes alone on 2 CPU cores (measured on a fresh clone; a busy machine is slower)
+# minutes a stage takes alone on 2 CPU cores (measured on a fresh clone, 2026-11-24: 19 min in all;
+# with the cores shared, e.g. with a test run, about 1.7x as long)
 minutes() { echo "about $(( ($1 + 59) / 60 )) min"; }
-per_step_ms=$([ "$OBS" = state ] && echo 80 || echo 150)  # a training env step with its updates and evaluations
+per_step_ms=$([ "$OBS" = state ] && echo 80 || echo 70)  # a training env step with its updates and evaluations
 
 stage "set-up: .venv/ with robot_rl and its dependencies" "about 2 min the first time, seconds after"
 quiet_guard bash scripts/setup.sh
@@ -55,14 +56,14 @@ quiet_guard $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --fai
     --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 
 stage "train the success classifier ($CLASSIFIER_STEPS steps) and calibrate it for 1% false positives" \
-    "$(minutes $(( CLASSIFIER_STEPS * 100 / 1000 )))"
+    "$(minutes $(( CLASSIFIER_STEPS * 60 / 1000 )))"
 quiet_guard $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
     --steps "$CLASSIFIER_STEPS" --consecutive 2 --out "$RUN/classifier"
 if [ "$OBS" = state ] || [ "${STACK:-}" = ros ]; then
   OBSERVATION=(--obs state)  # sim only: the policy reads the sim's object poses (the ROS stack trains this one)
 else
   stage "pretrain the frozen image encoder (bc, autoencoder, the classifier's trunks; the best by a held-out probe)" \
-      "about 4 min"
+      "about 3 min"
   quiet_guard $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" \
       --steps "${ENCODER_STEPS:-1000}" --probe-steps 500 --out "$RUN/encoder"
   OBSERVATION=(--obs "$OBS" --frozen-encoder "$RUN/encoder")
@@ -94,7 +95,7 @@ else
   quiet_guard $R train --task PickCube "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
       --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
   stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
-      "about 2 min (4 more if it retrains)"
+      "about 1 min (3 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300
   # the classifier was calibrated for 1% false positives (classifier train's --target-fpr default)
   if .venv/bin/python -c "import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))['fpr'] > 0.01 else 1)" \
@@ -107,10 +108,10 @@ else
     echo "the classifier's false-positive rate on the policy's rollouts is within its target: round 2 keeps it"
   fi
   stage "train round 2 to $STEPS env steps, then grade by ground truth (50 episodes: the run's final figure)" \
-      "$(minutes $(( (STEPS - ROUND1) * per_step_ms / 1000 + 150 )))"
+      "$(minutes $(( (STEPS - ROUND1) * per_step_ms / 1000 + 30 )))"
   quiet_guard $R train --resume "$RUN" --steps "$STEPS" --reward-classifier "$CLASSIFIER" --final-eval-episodes 50
 fi
-stage "measure the classifier on the final policy's rollouts (20 episodes) and write report.md" "about 2 min"
+stage "measure the classifier on the final policy's rollouts (20 episodes) and write report.md" "about 1 min"
 rollouts "$RUN/policy_rollouts.zarr" "$CLASSIFIER" "$RUN/classifier_on_the_trained_policy.json" 400
 quiet_guard $R report "$RUN"
 echo "done in $(elapsed "$JOB_START"). Run folder: $RUN (report.md, classifier/, encoder/, demos.zarr, checkpoints/, and"

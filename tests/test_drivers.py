@@ -3,6 +3,7 @@ loopback, a private domain), and the RealSense path through librealsense's softw
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -411,7 +412,7 @@ def test_the_arm_takes_the_e_stop_while_a_reset_is_still_running(tmp_path):
     the reset goes on only once the e-stop is in: it is refused (e-stopped) instead of hanging."""
     (tmp_path / "slow_reset_arm.py").write_text(SLOW_RESET_ARM)
     domain = free_domain_id()
-    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join([str(tmp_path), *sys.path])  # the node imports the script, and all we import
     with node_process("slow_reset_arm", {"seed": 1}, domain, tmp_path, env={"PYTHONPATH": path}) as arm:
         probe = Probe(domain)
         try:
