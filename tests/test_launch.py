@@ -213,15 +213,19 @@ def test_launch_removes_the_nodes_parameter_files_unless_asked_to_keep_them(tmp_
         assert folders == []
 
 
-STOPPED_BY = {"SIGTERM": (signal.SIGTERM, 0), "SIGHUP": (signal.SIGHUP, 0), "SIGINT": (signal.SIGINT, 130)}
+STOPPED_BY = {"SIGTERM": (signal.SIGTERM, 0), "SIGHUP": (signal.SIGHUP, 0), "SIGINT": (signal.SIGINT, 130),
+              "SIGINT-in-background": (signal.SIGINT, 130)}
 
 
 @pytest.mark.parametrize("how", STOPPED_BY)
 def test_a_launch_stopped_by_a_signal_stops_its_nodes_and_removes_its_files(tmp_path, how):
     """Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed) stop the stack: every node is
-    stopped and the parameter folder is removed, so nothing is left in the temporary folder."""
+    stopped and the parameter folder is removed, so nothing is left in the temporary folder.
+    A launcher started in the background (`&` in a script, a CI job) inherits SIGINT ignored,
+    so Python would raise no KeyboardInterrupt: SIGINT stops it all the same."""
     sig, code = STOPPED_BY[how]
-    script = ("import sys\n"
+    background = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if how.endswith("background") else ""
+    script = (background + "import sys\n"
               "import robot_rl.runtime.launcher as launcher\n"
               "launcher.node_command = lambda node, params: [sys.executable, '-c', 'import time; time.sleep(600)']\n"
               "sys.exit(launcher.launch('sim_train', [], log=lambda line: print(line, flush=True)))\n")

@@ -40,7 +40,8 @@ CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"  # robot_rl.teleop.console reads it
 USER_ERROR_EXIT = 2  # what a node exits with on a configuration error (one line said why)
 FOLDER_PREFIX = "robot-rl-launch-"  # the nodes' parameter files: $TMPDIR/robot-rl-launch-*
 KEEP_FILES_ENV = "ROBOT_RL_KEEP_LAUNCH_FILES"  # set: keep that folder when the stack stops
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides Ctrl-C (SIGINT)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+INTERRUPTED_EXIT = 130  # stopped by Ctrl-C (SIGINT), as a shell reports it
 
 
 class LaunchError(UserFacingError):
@@ -252,13 +253,22 @@ def launch(stack: str, overrides: list[str], log=print, env: dict | None = None)
     """Run a stack until its required node exits; ``env``: the nodes' environment (default: ours)."""
     nodes = resolve(stack, parse_overrides(overrides))
     supervisor = Supervisor(nodes, log=log, env=env)
-    # SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) stop the stack as
-    # Ctrl-C does: its nodes stopped, its files removed. SIGKILL cannot be caught.
-    previous = {sig: signal.signal(sig, lambda *_: supervisor.stopping.set()) for sig in STOP_SIGNALS}
+    # Ctrl-C (SIGINT), SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) stop
+    # the stack: its nodes stopped, its files removed. SIGINT gets a handler of ours rather than
+    # Python's KeyboardInterrupt, which a launcher started in the background (`&` in a script,
+    # a CI job) never sees: such a shell starts it with SIGINT ignored. SIGKILL cannot be caught.
+    received: list[int] = []
+
+    def on_signal(signum, _frame):
+        received.append(signum)
+        supervisor.stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
-        return supervisor.run()
-    except KeyboardInterrupt:
-        return 130
+        rc = supervisor.run()
+        return INTERRUPTED_EXIT if signal.SIGINT in received else rc
+    except KeyboardInterrupt:  # only where the handler could not be ours yet
+        return INTERRUPTED_EXIT
     finally:
         try:
             supervisor.stop()
