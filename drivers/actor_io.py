@@ -16,16 +16,47 @@ from robot_rl.runtime.wire import encode
 
 
 class EpisodeSink:
-    """Where ``EpisodeRecorder`` commits: here a ROS topic instead of a store."""
+    """Where ``EpisodeRecorder`` commits: here a ROS topic instead of a store. Each episode
+    carries its ``sender`` (this actor process) and ``seq`` (0, 1, ...), which the recorder
+    reports back once it has committed or refused it (``RecorderReceipts``)."""
 
-    def __init__(self, publisher, fields: dict):
-        self.publisher, self.fields = publisher, fields
+    def __init__(self, publisher, fields: dict, sender: str = ""):
+        self.publisher, self.fields, self.sender = publisher, fields, sender
         self.sent = 0
 
     def add_episode(self, episode: dict) -> int:
-        self.publisher.publish(msgs.payload_msg(encode("episode", episode, None)))
+        meta = {"sender": self.sender, "seq": self.sent}
+        self.publisher.publish(msgs.payload_msg(encode("episode", episode, meta)))
         self.sent += 1
         return self.sent - 1
+
+
+class RecorderReceipts:
+    """The recorder's word on one actor's episodes: its latched ``recorder/status`` says, per
+    sender, the last episode it has handled (committed, or refused and counted). An actor that
+    stops on its own (its step or episode count reached) waits for it before it exits, since its
+    supervisor then stops the recorder: an episode still on the wire would be lost."""
+
+    def __init__(self, sender: str):
+        self.sender = sender
+        self.handled = -1  # the last seq handled
+        self._changed = threading.Condition()
+
+    def on_status(self, msg) -> None:
+        try:
+            seq = json.loads(msg.data).get("handled", {}).get(self.sender)
+        except (ValueError, AttributeError):
+            return
+        if isinstance(seq, int):
+            with self._changed:
+                self.handled = max(self.handled, seq)
+                self._changed.notify_all()
+
+    def wait_for(self, sent: int, timeout_s: float) -> bool:
+        """True once the first ``sent`` episodes are handled (``timeout_s``: a failsafe for a
+        recorder that is gone)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.handled >= sent - 1, timeout_s)
 
 
 class Teleop:

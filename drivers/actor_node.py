@@ -13,6 +13,7 @@ gone the actor keeps its rate with the last weights it has.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from robot_rl.config import POLICIES, ActorNodeConfig, agent_config_for, write_c
 from robot_rl.contract import ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.drivers import topics
-from robot_rl.drivers.actor_io import ArmMode, EpisodeSink, OperatorEvents, Teleop
+from robot_rl.drivers.actor_io import ArmMode, EpisodeSink, OperatorEvents, RecorderReceipts, Teleop
 from robot_rl.drivers.node import apply_task_file, declare_config, run_loop, status_json
 from robot_rl.drivers.ros_env import RosArmEnv
 from robot_rl.drivers.ros_transport import actor_endpoint
@@ -73,11 +74,14 @@ class ActorNode(Node):
                "motions": ScriptedMotions()}[cfg.policy]
         self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
         self.events, self.arm = OperatorEvents(self.get_logger()), ArmMode(self.get_logger())
-        recorder = None
+        recorder = self.sink = None
         if cfg.record:
             fields, _ = store_fields(env.observation_space, env.action_space.shape[0])
             publisher = self.create_publisher(UInt8MultiArray, topics.EPISODES, topics.qos_data(100))
-            recorder = EpisodeRecorder(EpisodeSink(publisher, fields))
+            sender = f"{self.get_fully_qualified_name()}:{os.getpid()}"  # this process, not an earlier one
+            self.sink, self.receipts = EpisodeSink(publisher, fields, sender), RecorderReceipts(sender)
+            self.create_subscription(String, topics.RECORDER_STATUS, self.receipts.on_status, topics.qos_latched())
+            recorder = EpisodeRecorder(self.sink)
         self.actor = ActorLoop(env, observe, act or ScriptedPolicy(cfg.task, cfg.seed), human=self.teleop,
                                learner=self.learner if cfg.policy == "learner" else None, recorder=recorder,
                                keep=cfg.keep, arm_holds=self.arm.holds, observe_now=self.ros_env.observe,
@@ -128,7 +132,18 @@ class ActorNode(Node):
                     reward=result.reward, episode_return=result.episode_return,
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
                     success=result.success)))
+        if not stop.is_set() and rclpy.ok(context=self.context):  # stopped on its own: the supervisor stops the recorder next
+            self.wait_for_recorder()
         self.publish_status()
+
+    def wait_for_recorder(self, timeout_s: float = 30.0) -> None:
+        """Until the recorder has handled every episode sent (``timeout_s``: a failsafe for a
+        recorder that is gone, which is then said)."""
+        if self.sink is None or self.sink.sent == 0:
+            return
+        if not self.receipts.wait_for(self.sink.sent, timeout_s):
+            self.get_logger().warning(f"the recorder confirmed {self.receipts.handled + 1} of the {self.sink.sent} "
+                                      f"episodes sent within {timeout_s:.0f} s; the others may be lost")
 
     def close(self) -> None:
         """``<run_dir>/actor_summary.json``: what this actor did, for ``robot-rl report``; also after

@@ -63,7 +63,8 @@ class RecorderNode(Node):
         self.cfg, task = apply_task_file(declare_config(self, RecorderNodeConfig))
         self.store = open_store(self.cfg, task)
         self.drops = msgs.DropCounter(self.get_logger().warning)
-        self.pub_status = self.create_publisher(String, "recorder/status", topics.qos_latched())
+        self.handled: dict[str, int] = {}  # sender -> the last episode (seq) committed or refused
+        self.pub_status = self.create_publisher(String, topics.RECORDER_STATUS, topics.qos_latched())
         self.create_subscription(UInt8MultiArray, topics.EPISODES, self.on_episode, topics.qos_data(100))
         self.get_logger().info(f"recording episodes into {self.cfg.path} ({len(self.store)} there already)")
         self.publish_status()
@@ -74,16 +75,24 @@ class RecorderNode(Node):
 
         try:
             message = decode(msgs.payload_bytes(msg))
+        except ValueError as e:
+            self.drops.drop("episode", str(e))
+            return self.publish_status()
+        try:
             index = self.store.add_episode(message.arrays)
         except (ValueError, StoreError) as e:
-            return self.drops.drop("episode", str(e))
-        self.get_logger().info(f"episode {index} committed ({len(message.arrays['action'])} frames, "
-                               f"success {bool(message.arrays['success'][-1])})")
+            self.drops.drop("episode", str(e))
+        else:
+            self.get_logger().info(f"episode {index} committed ({len(message.arrays['action'])} frames, "
+                                   f"success {bool(message.arrays['success'][-1])})")
+        sender, seq = message.meta.get("sender"), message.meta.get("seq")
+        if isinstance(sender, str) and isinstance(seq, int):
+            self.handled[sender] = max(seq, self.handled.get(sender, -1))
         self.publish_status()
 
     def publish_status(self) -> None:
         self.pub_status.publish(String(data=status_json(episodes=len(self.store), frames=int(self.store.n_frames),
-                                                        dropped=self.drops.counts)))
+                                                        dropped=self.drops.counts, handled=self.handled)))
 
 
 def main(args=None) -> None:

@@ -48,6 +48,7 @@ TRANSITIONS = "/learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (a
 WEIGHTS = "/learner/weights"  # std_msgs/UInt8MultiArray: wire frame, transient local (learner -> actors)
 LEARNER_EVENTS = "/learner/events"  # std_msgs/UInt8MultiArray: status, checkpoint_saved, error (wire frames)
 EPISODES = "/recorder/episodes"  # std_msgs/UInt8MultiArray: one finished episode per message
+RECORDER_STATUS = "/recorder/status"  # std_msgs/String JSON, latched: episodes, frames, drops, handled per sender
 
 
 def qos_sensor(depth: int = 2):

@@ -541,6 +541,22 @@ def test_malformed_frames_poses_and_episodes_are_dropped_and_counted(tmp_path):
         recorder.on_episode(UInt8MultiArray(data=b"not a wire frame"))
         recorder.on_episode(UInt8MultiArray(data=encode("episode", {"action": np.zeros((3, 7), np.float32)}, None)))
         assert recorder.drops.counts["episode"] == 2 and len(recorder.store) == 0
+        # a refused episode is handled all the same: its sender hears of it and stops waiting
+        from robot_rl.drivers.actor_io import RecorderReceipts
+
+        receipts, other = RecorderReceipts("/actor:12"), RecorderReceipts("/robot2/actor:13")
+        publish = recorder.pub_status.publish
+        recorder.pub_status.publish = lambda msg: (receipts.on_status(msg), other.on_status(msg), publish(msg))
+        assert not receipts.wait_for(1, timeout_s=0)
+        for seq in (0, 1):
+            bad = encode("episode", {"action": np.zeros((3, 7), np.float32)}, {"sender": "/actor:12", "seq": seq})
+            recorder.on_episode(UInt8MultiArray(data=bad))
+        assert recorder.drops.counts["episode"] == 4 and recorder.handled == {"/actor:12": 1}
+        assert receipts.handled == 1 and receipts.wait_for(2, timeout_s=0) and not receipts.wait_for(3, timeout_s=0)
+        assert other.handled == -1 and other.wait_for(0, timeout_s=0)  # nothing sent: nothing to wait for
+        receipts.on_status(String(data="not json"))
+        receipts.on_status(String(data='{"handled": {"/actor:12": "many"}}'))
+        assert receipts.handled == 1
         recorder.destroy_node()
         node.destroy_node()
     finally:

@@ -18,7 +18,9 @@ import pytest
 def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     """The policy holds still (policy teleop); the simulated human (eagerness 1) steps in after
     6 steps without progress. The session stack records everything: the human's steps are
-    flagged in the store, and the console served the whole time."""
+    flagged in the store, and the console served the whole time. ``--episodes 1``: the actor
+    stops once one episode is recorded (an episode during which the arm held, on a loaded
+    machine, does not count) and waits until the recorder has it in the store."""
     pytest.importorskip("rclpy")
     from robot_rl.data.store import EpisodeStore
     from tests.helpers.ros import free_domain_id, ros_environment, run_stack
@@ -28,12 +30,12 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
         port = s.getsockname()[1]
     run = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("robot-rl")), "session", "--task", "PickCube", "--policy", "teleop",
-           "--simulated-human", "1.0", "--devices", "--steps", "80", "--console-port", str(port), "--run-dir", str(run)]
+           "--simulated-human", "1.0", "--devices", "--episodes", "1", "--console-port", str(port), "--run-dir", str(run)]
     result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"console on http://127.0.0.1:{port}/" in result.stdout
     store = EpisodeStore.open(run / "session.zarr")
-    assert len(store) >= 1
+    assert len(store) == 1
     episodes = [store.get_episode(i, ["is_intervention", "success", "has_action"]) for i in range(len(store))]
     first = episodes[0]["is_intervention"][episodes[0]["has_action"]]
     assert first.any() and not first[:6].any()  # patient for 6 steps, then the human drives
@@ -44,10 +46,14 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     assert summary["interventions"] >= 1
 
 
-def test_session_refuses_a_bad_eagerness():
+def test_session_refuses_a_bad_eagerness_and_negative_counts(capsys):
     from robot_rl.commands.cli import main
 
     assert main(["session", "--simulated-human", "3"]) == 2
+    assert "eagerness" in capsys.readouterr().err
+    for flag in ("--steps", "--episodes"):
+        assert main(["session", flag, "-1"]) == 2
+        assert "--episodes count" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- supervision of the operator

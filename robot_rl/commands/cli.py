@@ -237,6 +237,8 @@ def _cmd_session(args) -> int:
     from robot_rl.sim import get_task
 
     get_task(args.task)
+    if args.steps < 0 or args.episodes < 0:
+        raise ValueError(f"--steps and --episodes count (0: no limit), got {args.steps} and {args.episodes}")
     if not 0.0 <= args.simulated_human <= 1.0:
         raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
     from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, console_token
@@ -247,7 +249,7 @@ def _cmd_session(args) -> int:
     values = {"task": args.task, "policy": args.policy, "obs": args.obs, "devices": f"[{','.join(args.devices)}]",
               "mode": args.mode, "simulated_human": args.simulated_human, "console_host": args.console_host,
               "console_port": args.console_port, "run_dir": run_dir,
-              "demo_store": args.demos or "", "env_steps": args.steps, "seed": args.seed}
+              "demo_store": args.demos or "", "env_steps": args.steps, "episodes": args.episodes, "seed": args.seed}
     host = f"[{args.console_host}]" if ":" in args.console_host else args.console_host
     print(f"session: recording to {run_dir}/session.zarr; console on "  # the operator's terminal only
           f"http://{host}:{args.console_port}/?token={token}", flush=True)
@@ -455,6 +457,8 @@ def add_session(sub) -> None:
                                              "ROBOT_RL_CONSOLE_TOKEN, else a new one on loopback)")
     ses.add_argument("--demos", metavar="STORE", help="demonstrations to start from (an episode store)")
     ses.add_argument("--steps", type=int, default=0, help="stop after this many env steps (0: until Ctrl-C)")
+    ses.add_argument("--episodes", type=int, default=0,
+                     help="stop after this many recorded episodes, all of them in the store (0: until Ctrl-C)")
     ses.add_argument("--seed", type=int, default=0)
     ses.add_argument("--run-dir")
     ses.set_defaults(func=_cmd_session)
