@@ -56,6 +56,8 @@ class TeleopNodeConfig:
     task: str = "PickCube"  # what the simulated human knows how to do
     takeover_steps: int = 15
     max_takeovers: int = 3
+    human_noise: float = 0.05  # the simulated human's own imprecision (its expert's noise; 0: none)
+    seed: int = 0  # the simulated human's noise
     console: bool = True
     console_host: str = "127.0.0.1"
     console_port: int = 8080  # the token is not a parameter: ROBOT_RL_CONSOLE_TOKEN (see the module's doc)
@@ -76,7 +78,8 @@ class SimulatedHumanInput:
 
         self.human = SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.simulated_human,
                                                                    takeover_steps=cfg.takeover_steps,
-                                                                   max_takeovers=cfg.max_takeovers))
+                                                                   max_takeovers=cfg.max_takeovers,
+                                                                   noise=cfg.human_noise), seed=cfg.seed)
         sizes = get_task(cfg.task).privileged_sizes()
         self.assembler = ObservationAssembler({}, sizes, 0, sim_success=False)
         self.last_stamp = 0

@@ -17,7 +17,8 @@ import pytest
 
 def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
     """The policy holds still (policy teleop); the simulated human (eagerness 1) steps in after
-    6 steps without progress. The session stack records everything: the human's steps are
+    6 steps without progress; a precise one (no noise: a random wrong gripper command mid-lift
+    would drop the cube). The session stack records everything: the human's steps are
     flagged in the store, and the console served the whole time. ``--episodes 1``: the actor
     stops once one episode is recorded (an episode during which the arm held, on a loaded
     machine, does not count) and waits until the recorder has it in the store."""
@@ -30,7 +31,8 @@ def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
         port = s.getsockname()[1]
     run = tmp_path / "run"
     cmd = [str(Path(sys.executable).with_name("robot-rl")), "session", "--task", "PickCube", "--policy", "teleop",
-           "--simulated-human", "1.0", "--devices", "--episodes", "1", "--console-port", str(port), "--run-dir", str(run)]
+           "--simulated-human", "1.0", "--human-noise", "0", "--devices", "--episodes", "1", "--console-port", str(port),
+           "--run-dir", str(run)]
     result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"console on http://127.0.0.1:{port}/" in result.stdout
@@ -54,6 +56,8 @@ def test_session_refuses_a_bad_eagerness_and_negative_counts(capsys):
     for flag in ("--steps", "--episodes"):
         assert main(["session", flag, "-1"]) == 2
         assert "--episodes count" in capsys.readouterr().err
+    assert main(["session", "--human-noise", "-0.1"]) == 2
+    assert "--human-noise is a standard deviation" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- supervision of the operator

@@ -241,13 +241,15 @@ def _cmd_session(args) -> int:
         raise ValueError(f"--steps and --episodes count (0: no limit), got {args.steps} and {args.episodes}")
     if not 0.0 <= args.simulated_human <= 1.0:
         raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
+    if not args.human_noise >= 0.0:
+        raise ValueError(f"--human-noise is a standard deviation (>= 0), got {args.human_noise}")
     from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, console_token
 
     given = args.console_token or os.environ.get(CONSOLE_TOKEN_ENV, "")
     token = console_token(args.console_host, {CONSOLE_TOKEN_ENV: given})
     run_dir = args.run_dir or f"runs/session-{args.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
     values = {"task": args.task, "policy": args.policy, "obs": args.obs, "devices": f"[{','.join(args.devices)}]",
-              "mode": args.mode, "simulated_human": args.simulated_human, "console_host": args.console_host,
+              "mode": args.mode, "simulated_human": args.simulated_human, "human_noise": args.human_noise, "console_host": args.console_host,
               "console_port": args.console_port, "run_dir": run_dir,
               "demo_store": args.demos or "", "env_steps": args.steps, "episodes": args.episodes, "seed": args.seed}
     host = f"[{args.console_host}]" if ":" in args.console_host else args.console_host
@@ -451,6 +453,9 @@ def add_session(sub) -> None:
     ses.add_argument("--mode", default="hold", choices=["hold", "toggle"], help="how a device's input intervenes")
     ses.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
                      help="add a simulated human (scripted expert) that takes over when the policy stalls")
+    ses.add_argument("--human-noise", type=float, default=0.05, metavar="STD",
+                     help="the simulated human's imprecision: noise on its motions, and this times 0.2 the chance "
+                          "per step of a wrong gripper command (0: a precise human)")
     ses.add_argument("--console-host", default="127.0.0.1", help="another address than loopback needs --console-token")
     ses.add_argument("--console-port", type=int, default=8080)
     ses.add_argument("--console-token", help="the console's token (at least 16 characters; default: "
