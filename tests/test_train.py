@@ -168,6 +168,11 @@ def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
     assert (f"final success: {final['success_rate']:.2f} over 3 episodes (seeds 2000000-2000002) at env step 30"
             in report), report
     assert len(re.findall(r"final success", report)) == 1
+    from robot_rl.runtime.logging import curve_title
+
+    assert curve_title(s["evals"], TrainConfig(task="PickCube", demos=1)) == (  # the curve's title says the same
+        "PickCube (state): final success " f"{final['success_rate']:.2f} over 3 episodes\n"
+        "demos: 1 scripted expert demonstrations (action noise 0.1), recorded at the start")
     config = json.loads((run / "config.json").read_text())
     assert config["demo_source"] == s["demo_source"] == ("1 scripted expert demonstrations (action noise 0.1), "
                                                          "recorded at the start")

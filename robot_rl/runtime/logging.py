@@ -6,6 +6,7 @@ file, a pipe or a CI log."""
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -73,9 +74,7 @@ class RunLogger:
         ax.set_ylabel("eval success rate")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        from robot_rl.config import demo_source
-
-        ax.set_title(f"{cfg.task} ({cfg.obs}; demos: {demo_source(cfg)})", fontsize=9)
+        ax.set_title(curve_title(evals, cfg), fontsize=9)
         fig.tight_layout()
         path = self.run_dir / "learning_curve.png"
         fig.savefig(path, dpi=100)
@@ -86,3 +85,14 @@ class RunLogger:
         if self.bar is not None:
             self.bar.stop()
         self.writer.close()
+
+
+def curve_title(evals: list[dict], cfg) -> str:
+    """The learning curve's title: the task, the run's final figure (the last evaluation, as
+    summary.json and report.md state it) and where the demonstrations came from."""
+    from robot_rl.config import demo_source
+
+    last = evals[-1]
+    final = f"final success {last['success_rate']:.2f} over {last.get('episodes', '?')} episodes"
+    demos = textwrap.fill(f"demos: {demo_source(cfg)}", width=90)  # a long store path wraps, never cut
+    return f"{cfg.task} ({cfg.obs}): {final}\n{demos}"
