@@ -52,11 +52,18 @@ class RecorderReceipts:
                 self.handled = max(self.handled, seq)
                 self._changed.notify_all()
 
-    def wait_for(self, sent: int, timeout_s: float) -> bool:
-        """True once the first ``sent`` episodes are handled (``timeout_s``: a failsafe for a
-        recorder that is gone)."""
+    def wait_for(self, sent: int, timeout_s: float, cancelled=lambda: False) -> bool:
+        """True once the first ``sent`` episodes are handled; False when ``cancelled()`` turns
+        true (checked every 0.1 s: the node is shutting down) or after ``timeout_s`` (a failsafe
+        for a recorder that is gone)."""
+        deadline = time.monotonic() + timeout_s
         with self._changed:
-            return self._changed.wait_for(lambda: self.handled >= sent - 1, timeout_s)
+            while self.handled < sent - 1:
+                left = deadline - time.monotonic()
+                if left <= 0 or cancelled():
+                    return False
+                self._changed.wait(min(0.1, left))
+            return True
 
 
 class Teleop:

@@ -133,17 +133,18 @@ class ActorNode(Node):
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
                     success=result.success)))
         if not stop.is_set() and rclpy.ok(context=self.context):  # stopped on its own: the supervisor stops the recorder next
-            self.wait_for_recorder()
+            self.wait_for_recorder(stop)
         self.publish_status()
 
-    def wait_for_recorder(self, timeout_s: float = 30.0) -> None:
-        """Until the recorder has handled every episode sent (``timeout_s``: a failsafe for a
-        recorder that is gone, which is then said)."""
-        if self.sink is None or self.sink.sent == 0:
-            return
-        if not self.receipts.wait_for(self.sink.sent, timeout_s):
+    def wait_for_recorder(self, stop: threading.Event, timeout_s: float = 30.0) -> None:
+        """Until the recorder has handled every episode sent; no longer than ``timeout_s`` (a
+        recorder that is gone, which is then said) or until the node is told to stop."""
+        if self.sink is None or self.sink.sent == 0 or self.sink.publisher.get_subscription_count() == 0:
+            return  # nothing sent, or nobody to confirm it
+        if not self.receipts.wait_for(self.sink.sent, timeout_s,
+                                      cancelled=lambda: stop.is_set() or not rclpy.ok(context=self.context)):
             self.get_logger().warning(f"the recorder confirmed {self.receipts.handled + 1} of the {self.sink.sent} "
-                                      f"episodes sent within {timeout_s:.0f} s; the others may be lost")
+                                      f"episodes sent; the others may be lost")
 
     def close(self) -> None:
         """``<run_dir>/actor_summary.json``: what this actor did, for ``robot-rl report``; also after

@@ -554,6 +554,7 @@ def test_malformed_frames_poses_and_episodes_are_dropped_and_counted(tmp_path):
         assert recorder.drops.counts["episode"] == 4 and recorder.handled == {"/actor:12": 1}
         assert receipts.handled == 1 and receipts.wait_for(2, timeout_s=0) and not receipts.wait_for(3, timeout_s=0)
         assert other.handled == -1 and other.wait_for(0, timeout_s=0)  # nothing sent: nothing to wait for
+        assert not receipts.wait_for(3, timeout_s=600, cancelled=lambda: True)  # shutting down: no waiting
         receipts.on_status(String(data="not json"))
         receipts.on_status(String(data='{"handled": {"/actor:12": "many"}}'))
         assert receipts.handled == 1
