@@ -132,17 +132,18 @@ class ActorNode(Node):
                     reward=result.reward, episode_return=result.episode_return,
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
                     success=result.success)))
-        if not stop.is_set() and rclpy.ok(context=self.context):  # stopped on its own: the supervisor stops the recorder next
-            self.wait_for_recorder(stop)
+        self.wait_for_recorder(stop)  # if it stopped on its own, the supervisor stops the recorder next
         self.publish_status()
 
     def wait_for_recorder(self, stop: threading.Event, timeout_s: float = 30.0) -> None:
         """Until the recorder has handled every episode sent; no longer than ``timeout_s`` (a
-        recorder that is gone, which is then said) or until the node is told to stop."""
-        if self.sink is None or self.sink.sent == 0 or self.sink.publisher.get_subscription_count() == 0:
-            return  # nothing sent, or nobody to confirm it
-        if not self.receipts.wait_for(self.sink.sent, timeout_s,
-                                      cancelled=lambda: stop.is_set() or not rclpy.ok(context=self.context)):
+        recorder that is gone, which is then said), and not at all once the node is told to stop."""
+        def stopping() -> bool:
+            return stop.is_set() or not rclpy.ok(context=self.context)
+
+        if stopping() or self.sink is None or self.sink.sent == 0 or self.sink.publisher.get_subscription_count() == 0:
+            return  # nothing sent, nobody to confirm it, or shutting down
+        if not self.receipts.wait_for(self.sink.sent, timeout_s, cancelled=stopping):
             self.get_logger().warning(f"the recorder confirmed {self.receipts.handled + 1} of the {self.sink.sent} "
                                       f"episodes sent; the others may be lost")
 

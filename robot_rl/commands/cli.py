@@ -249,8 +249,8 @@ def _cmd_session(args) -> int:
     token = console_token(args.console_host, {CONSOLE_TOKEN_ENV: given})
     run_dir = args.run_dir or f"runs/session-{args.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
     values = {"task": args.task, "policy": args.policy, "obs": args.obs, "devices": f"[{','.join(args.devices)}]",
-              "mode": args.mode, "simulated_human": args.simulated_human, "human_noise": args.human_noise, "console_host": args.console_host,
-              "console_port": args.console_port, "run_dir": run_dir,
+              "mode": args.mode, "simulated_human": args.simulated_human, "human_noise": args.human_noise,
+              "console_host": args.console_host, "console_port": args.console_port, "run_dir": run_dir,
               "demo_store": args.demos or "", "env_steps": args.steps, "episodes": args.episodes, "seed": args.seed}
     host = f"[{args.console_host}]" if ":" in args.console_host else args.console_host
     print(f"session: recording to {run_dir}/session.zarr; console on "  # the operator's terminal only
