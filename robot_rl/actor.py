@@ -23,6 +23,8 @@ learned from or recorded, and the next one starts when the arm takes commands ag
 
 from __future__ import annotations
 
+import collections
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,13 +43,20 @@ def _features(sha: str | None) -> str:
 
 class LearnerClient:
     """The actor's side of the learner link (any ``Endpoint``): transitions out; weights, status,
-    checkpoint notices and errors in. ``on_error(message)`` decides what a learner's error does."""
+    checkpoint notices and errors in. ``on_error(message)`` decides what a learner's error does.
+
+    Weights are swapped in as they come, unless the actor keeps a schedule (the sim trainer with
+    ``sync``): then each weights message waits until ``due_updates`` reaches the learner's update
+    count it was made at, so the policy acting at an env step is the same on any machine (the
+    first weights, after pre-training or a resume, always go in)."""
 
     def __init__(self, endpoint, policy, on_error: Callable[[str], None]):
         self.endpoint, self.policy, self.on_error = endpoint, policy, on_error
         self.weights_version = 0
         self.status: dict = {"online_updates": 0, "updates": 0, "metrics": {}}
         self.last_checkpoint: str | None = None
+        self.due_updates = math.inf  # a schedule sets it: swap in weights made up to this many online updates
+        self._waiting: collections.deque = collections.deque()  # weights messages not yet due
 
     def poll(self, timeout: float = 0.0) -> None:
         for msg in self.endpoint.receive(timeout):
@@ -57,14 +66,23 @@ class LearnerClient:
                     self.on_error(f"the learner's policy reads {_features(theirs)}, this actor's {_features(ours)}: "
                                   "give the actor and the learner the same frozen_encoder")
                     continue
-                self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in msg.arrays.items()})
-                self.weights_version = msg.meta.get("version", 0)
+                self._waiting.append(msg)
             elif msg.kind == "status":
                 self.status = msg.meta
             elif msg.kind == "checkpoint_saved":
                 self.last_checkpoint = msg.meta["path"]
             elif msg.kind == "error":
                 self.on_error(str(msg.meta.get("message")))
+        self._swap_due()
+
+    def _swap_due(self) -> None:
+        newest = None
+        while self._waiting and (self.weights_version == 0 and newest is None
+                                 or self._waiting[0].meta.get("online_updates", 0) <= self.due_updates):
+            newest = self._waiting.popleft()
+        if newest is not None:
+            self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in newest.arrays.items()})
+            self.weights_version = newest.meta.get("version", 0)
 
     def wait_for_first_weights(self, keep_waiting: Callable[[], bool], log: Callable[[str], None],
                                remind_every_s: float = 10.0) -> None:

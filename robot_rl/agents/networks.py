@@ -95,11 +95,13 @@ class TanhGaussianActor(nn.Module):
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
         return mean, log_std
 
-    def sample(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Reparameterised sample: (action, log_prob, deterministic action)."""
+    def sample(self, features: torch.Tensor, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Reparameterised sample: (action, log_prob, deterministic action); the noise from
+        ``generator`` (default torch's global one)."""
         mean, log_std = self(features)
         std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
+        u = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         action = torch.tanh(u)
         # log N(u; mean, std) minus the tanh change of variables, summed over action dims
         log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

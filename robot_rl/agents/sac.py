@@ -181,6 +181,14 @@ class SACAgent(nn.Module):
         self.alpha_opt = adam([self.log_alpha], c.temperature_lr)
         self.grasp_opt = adam(self.grasp.parameters(), c.critic_lr) if self.grasp is not None else None
         self.num_updates = 0
+        self.seed_acting(int(torch.randint(0, 2**31 - 1, (1,))))
+
+    def seed_acting(self, seed: int) -> None:
+        """The exploration noise of ``act`` (Gaussian motion noise, the grasp's epsilon) comes from
+        generators of its own, so an actor's actions do not depend on what else draws from torch's
+        global generator in its process (a learner driven inline, a classifier)."""
+        self._act_noise = torch.Generator(device=self.device).manual_seed(seed)
+        self._act_rng = np.random.default_rng(seed)
 
     def _frozen_encoder(self) -> FrozenEncoder:
         """The frozen backbone: loaded from its folder, or built empty for a checkpoint's weights."""
@@ -272,11 +280,11 @@ class SACAgent(nn.Module):
             return self.base_encoder(obs)
 
     # ---- acting ------------------------------------------------------------------------
-    def policy(self, features: torch.Tensor, base_features: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def policy(self, features: torch.Tensor, base_features: torch.Tensor | None = None,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual
         (reading ``base_features``, ``base_features()``'s, default ``features``)."""
-        action, log_prob, mean = self.actor.sample(features)
+        action, log_prob, mean = self.actor.sample(features, generator)
         if self.base is None:
             return action, log_prob, mean
         base = torch.tanh(self.base(features if base_features is None else base_features)).detach()
@@ -289,13 +297,13 @@ class SACAgent(nn.Module):
         batched = {k: np.asarray(v)[None] for k, v in self.cache_features(obs).items()}
         obs_t = self._obs(batched, augment=False)
         features = self.encoder(obs_t)
-        action, _, mean = self.policy(features, self.base_features(obs_t, features))
+        action, _, mean = self.policy(features, self.base_features(obs_t, features), self._act_noise)
         motion = mean if deterministic else action
         out = np.zeros(self.config.action_dim, dtype=np.float32)
         out[: self.config.motion_dim] = motion[0].cpu().numpy()
         if self.grasp is not None:
-            if not deterministic and np.random.random() < self.config.grasp_epsilon:
-                idx = np.random.randint(3)
+            if not deterministic and self._act_rng.random() < self.config.grasp_epsilon:
+                idx = int(self._act_rng.integers(3))
             else:
                 idx = int(self.grasp(features).argmax(-1)[0])
             out[-1] = GRASP_VALUES[idx]

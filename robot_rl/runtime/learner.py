@@ -17,8 +17,11 @@ reads them all at once (one device synchronisation) before it sends a status, we
 checkpoint, and at the latest every ``METRICS_EVERY`` updates; a non-finite loss among them stops
 training before anything built on it leaves the learner.
 
-Updates are paced by the update-to-data ratio: at most ``utd`` updates per online transition
-received; the actor is updated on every ``critic_actor_ratio``-th of them (the agent's setting).
+Updates are paced by the update-to-data ratio: ``utd`` updates per online transition received,
+done right after that transition is taken in and before the next one is (``take``), so every
+update samples from exactly the transitions before it: what the learner learns is a function of
+the transition stream alone, never of when the messages arrived or how loaded the machine is.
+The actor is updated on every ``critic_actor_ratio``-th of them (the agent's setting).
 The learner takes a typed config (any ``LearningConfig``: the trainer's ``TrainConfig``, the
 learner node's ``LearnerNodeConfig``). ``learner_main`` runs the loop in its own process (its
 ``LearnerSetup`` travels as JSON); ``Learner.pump`` lets a single-process run drive the same
@@ -49,6 +52,13 @@ from robot_rl.runtime.progress import ProgressLines
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
 
 LATEST_ONLY = ("weights", "status")
+SCHEDULED = ("status",)  # weights in order, none dropped: a scheduled actor swaps each in at its env step
+
+
+def latest_only_kinds(scheduled: bool) -> tuple[str, ...]:
+    """The kinds an endpoint keeps only the newest of: an actor on a weights schedule (the sim
+    trainer with ``sync``) needs every weights message, in order."""
+    return SCHEDULED if scheduled else LATEST_ONLY
 METRICS_EVERY = 100  # read the device-held losses at least this often (updates)
 
 
@@ -163,6 +173,17 @@ class Learner:
         self.started = True
         self.publish_weights()
 
+    def take(self, msg: Message) -> int:
+        """Handle one message; after an online transition, do every update it makes owed at once.
+        Returns the number of updates done."""
+        self.handle(msg)
+        done = 0
+        if msg.kind == "transition":
+            while self.updates_owed() > 0 and not self.stopped:
+                self.update_once()
+                done += 1
+        return done
+
     # ---- updates -----------------------------------------------------------------------
     def _sample(self) -> dict:
         if self._staging is None:
@@ -229,7 +250,7 @@ class Learner:
         self.weights_version += 1
         self.endpoint.send("weights", self.agent.policy_state_dict(),
                            {"version": self.weights_version, "updates": self.agent.num_updates,
-                            "frozen_encoder": self.agent.frozen_sha})
+                            "online_updates": self.online_updates, "frozen_encoder": self.agent.frozen_sha})
         self.send_status()
 
     def send_status(self) -> None:
@@ -237,28 +258,20 @@ class Learner:
         self.endpoint.send("status", meta={"updates": self.agent.num_updates, "online_updates": self.online_updates,
                                            "online": self.online_received, "metrics": self.metrics})
 
-    def pump(self, timeout: float = 0.0, max_updates: int | None = None) -> None:
-        """Handle every waiting message, then do the updates owed (single-process driving)."""
-        for msg in self.endpoint.receive(timeout):
-            self.handle(msg)
-        done = 0
-        while self.updates_owed() > 0 and not self.stopped and (max_updates is None or done < max_updates):
-            self.update_once()
-            done += 1
+    def pump(self, timeout: float = 0.0) -> None:
+        """Take every waiting message, each with the updates it makes owed (single-process driving)."""
+        done = sum(self.take(msg) for msg in self.endpoint.receive(timeout))
         if done:
             self.send_status()
 
     def run(self) -> None:
-        """Process main loop: updates as fast as data allows; messages between updates."""
+        """Process main loop: messages in the order they came, each transition's updates right
+        after it; a status after each batch of messages that brought updates."""
         while not self.stopped:
-            owed = self.updates_owed()
-            for msg in self.endpoint.receive(0.0 if owed > 0 else 0.05):
-                self.handle(msg)
+            done = sum(self.take(msg) for msg in self.endpoint.receive(0.05))
             if self.endpoint.peer_closed and not self.stopped:
                 break
-            if owed > 0:
-                for _ in range(min(owed, 10)):
-                    self.update_once()
+            if done:
                 self.send_status()
 
 
@@ -315,7 +328,7 @@ def learner_main(conn, setup_json: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     torch.manual_seed(setup.config.seed)
-    endpoint = PipeEndpoint(conn, maxsize=4096, latest_only=LATEST_ONLY, name="learner")
+    endpoint = PipeEndpoint(conn, maxsize=4096, latest_only=latest_only_kinds(setup.config.sync), name="learner")
     try:
         learner = setup.build(endpoint)
         learner.run()
