@@ -153,6 +153,8 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
     checkpoint_every_s: float = setting(300.0, "... or seconds, whichever comes first (and always on SIGTERM / "
                                                "Ctrl-C)", metavar="SECONDS")
     run_dir: str | None = setting(None, "run folder (default runs/train-<task>-<obs>-<time>)", metavar="DIR")
+    record_episodes: bool = setting(False, "record every training episode into <run>/online.zarr: cameras, state, "
+                                           "the actions executed, reward and each step's is_intervention flag")
     progress: bool = setting(True, "a progress line while training")
 
     @property
@@ -179,7 +181,12 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
             raise FileNotFoundError(f"reward classifier {self.reward_classifier}: no such path")
         if not 0.0 <= self.human_eagerness <= 1.0:
-            raise ValueError(f"human_eagerness must lie in [0, 1] (0: no human), got {self.human_eagerness}")
+            raise ValueError(f"human_eagerness (--simulated-human) must lie in [0, 1] (0: no human), "
+                             f"got {self.human_eagerness}")
+        if self.human_eagerness > 0:
+            from robot_rl.sim.experts import check_expert
+
+            check_expert(self.task, "the simulated human (--simulated-human)")
         if self.demos < 0 or self.utd <= 0:
             raise ValueError("demos must be >= 0 and utd > 0")
         agent = sac_config().from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
@@ -190,6 +197,7 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
             raise ValueError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")
         check_frozen_encoder(self)
+        check_reward_classifier(self)
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
@@ -226,6 +234,27 @@ def check_frozen_encoder(cfg) -> dict | None:
     meta = read_encoder_meta(cfg.frozen_encoder)
     check_encoder_fits(meta, cfg.cameras, cfg.image_size, cfg.frozen_encoder)
     return meta
+
+
+def check_reward_classifier(cfg: TrainConfig) -> None:
+    """The reward classifier (a folder), checked by its recorded config alone (no weights) against
+    what the run renders: cameras the twin has and, with pixels, the run's image size (the twin
+    renders the policy's cameras and the classifier's at one size; a state run renders the
+    classifier's cameras at its own size)."""
+    if cfg.reward_classifier is None:
+        return
+    from robot_rl.contract import SIM_CAMERAS
+    from robot_rl.reward.classifier import ClassifierError, read_classifier_config
+
+    config = read_classifier_config(cfg.reward_classifier)
+    unknown = [cam for cam in config.cameras if cam not in SIM_CAMERAS]
+    if unknown:
+        raise ClassifierError(f"reward classifier {cfg.reward_classifier} reads camera {unknown[0]!r}, which the "
+                              f"twin does not render (its cameras: {', '.join(SIM_CAMERAS)})")
+    (h, w), (run_h, run_w) = config.image_size, cfg.image_size
+    if cfg.obs == "pixels" and (int(h), int(w)) != (int(run_h), int(run_w)):
+        raise ClassifierError(f"reward classifier {cfg.reward_classifier} was trained on {h}x{w} frames, the run "
+                              f"renders {run_h}x{run_w}: use --image-size {h} {w} or a classifier trained at that size")
 
 
 def agent_settings(agent: dict) -> dict:

@@ -1,36 +1,72 @@
 #!/usr/bin/env bash
 # The main job on the sim twin, the whole pipeline a lab runs on its robot, on what a real cell
-# sees (front + wrist cameras + the arm's own state; the sim's object poses only grade it):
+# sees (front + wrist cameras + the arm's own state; the sim's object poses only grade it), for
+# the sim task TASK (default PickCube):
 #   1. record 20 demonstrations with images, and the success classifier's data: 20 successful
 #      takes, each then carrying the cube about and up through the workspace (half of them
 #      letting go of it), and 20 failed takes, each then moving the arm about and up without it;
-#      front, wrist and side cameras at 64x64 (the side camera looks level at the lift height);
+#      the task's classifier cameras at 64x64 (PickCube: front, wrist and side; the side camera
+#      looks level at the lift height);
 #   2. train the success classifier, calibrated for 1% false positives on held-out episodes,
 #      the reward firing on 2 positive frames in a row;
 #   3. pretrain the frozen image encoder on the demonstrations: behaviour cloning, a spatial
 #      autoencoder and the classifier's own trunks are measured by a held-out probe, the best kept;
-#   4. train PickCube from pixels (SAC/RLPD, features of the frozen backbone cached in the replay,
-#      learner in its own process) with the classifier's reward, never the sim's ground truth:
-#      round 1 for 3/4 of the steps, then the classifier is measured on the policy's own rollouts
-#      and, above its target false-positive rate, retrained with those hard negatives; round 2
-#      goes on to the end with the classifier of that moment;
+#   4. train TASK from pixels (SAC/RLPD, features of the frozen backbone cached in the replay,
+#      learner in its own process) with the classifier's reward, never the sim's ground truth, and
+#      a simulated human (the scripted expert, eagerness HUMAN) who takes over when the policy
+#      stalls or heads for failure: round 1 for 3/4 of the steps, then the classifier is measured
+#      on the policy's own rollouts and, above its target false-positive rate, retrained with
+#      those hard negatives; round 2 goes on to the end with the classifier of that moment;
 #   5. grade it by ground truth (50 episodes, the run's one final figure, in summary.json and
 #      report.md), measure the classifier on the final policy's rollouts, and write
 #      <run>/report.md (curves, both rounds' classifier figures).
 # Each stage says "stage k of n", what it does and how long it should take; long loops print a
 # progress line at least every 15 s, and any 20 s without output gets a "still running" line.
 # STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
-# training steps, OBS=state trains the sim-only state policy (privileged object poses) instead;
-# extra arguments go to `robot-rl train`. STACK=ros trains through the ROS 2 stack instead
-# (`robot-rl launch sim_train`, one round; extra arguments go to it, e.g. learner.utd:=1).
+# training steps, TASK (default PickCube) the sim task (`robot-rl sim tasks`), HUMAN (default 0.5)
+# the simulated human's eagerness in [0, 1] (0: no human), OBS=state trains the sim-only state
+# policy (privileged object poses) instead; extra arguments go to `robot-rl train`. STACK=ros
+# trains through the ROS 2 stack instead (`robot-rl launch sim_train`, one round, no simulated
+# human: HUMAN must be 0 or unset; extra arguments go to it, e.g. learner.utd:=1).
+# A bad value of these is one line on stderr and exit status 2, before any work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/progress.sh
 STEPS="${STEPS:-10000}"
-ROUND1=$(( STEPS * 3 / 4 ))
 CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-4000}"
+ENCODER_STEPS="${ENCODER_STEPS:-1000}"
 OBS="${OBS:-pixels}"
-if [ "${STACK:-}" = ros ]; then STAGES=6; elif [ "$OBS" = state ]; then STAGES=7; else STAGES=8; fi
+TASK="${TASK:-PickCube}"
+STACK="${STACK:-}"
+if [ "$STACK" = ros ]; then HUMAN="${HUMAN:-0}"; else HUMAN="${HUMAN:-0.5}"; fi  # sim_train has no simulated human
+
+bad() {  # bad MESSAGE: one line on stderr, exit status 2
+  echo "main.sh: $1" >&2
+  exit 2
+}
+SIM_TASKS="PickCube PegInsert"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
+case "$TASK" in  # the cameras of the classifier's takes, per task
+  PickCube) CLASSIFIER_CAMERAS="front wrist side" ;;
+  PegInsert) CLASSIFIER_CAMERAS="front wrist side" ;;
+  *) bad "TASK=$TASK is not a sim task; the sim tasks: $SIM_TASKS" ;;
+esac
+for name in STEPS CLASSIFIER_STEPS ENCODER_STEPS; do
+  [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || bad "$name=${!name} must be a whole number >= 1"
+done
+ROUND1=$(( STEPS * 3 / 4 ))
+[ "$STACK" = ros ] || [ "$ROUND1" -ge 1 ] || bad "STEPS=$STEPS is too few: round 1 trains 3/4 of them (STEPS >= 2)"
+case "$OBS" in pixels | state) ;; *) bad "OBS=$OBS must be pixels or state" ;; esac
+case "$STACK" in "" | ros) ;; *) bad "STACK=$STACK must be ros or unset" ;; esac
+[[ "$HUMAN" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]] ||
+  bad "HUMAN=$HUMAN must be a number in [0, 1] (the simulated human's eagerness; 0: none)"
+if [[ "$HUMAN" =~ ^0*\.?0*$ ]]; then
+  HUMAN_TEXT=""
+elif [ "$STACK" = ros ]; then
+  bad "HUMAN=$HUMAN: the ROS 2 stack (STACK=ros) trains without a simulated human; leave HUMAN unset or 0"
+else
+  HUMAN_TEXT=" and a simulated human (eagerness $HUMAN)"
+fi
+if [ "$STACK" = ros ]; then STAGES=6; elif [ "$OBS" = state ]; then STAGES=7; else STAGES=8; fi
 # minutes a stage takes alone on 2 CPU cores (measured on a fresh clone, 2026-11-24: 19 min in all;
 # with the cores shared, e.g. with a test run, about 1.7x as long)
 minutes() { echo "about $(( ($1 + 59) / 60 )) min"; }
@@ -40,32 +76,32 @@ stage "set-up: .venv/ with robot_rl and its dependencies" "about 2 min the first
 quiet_guard bash scripts/setup.sh
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 R=.venv/bin/robot-rl
-RUN="runs/main-pickcube-$(date +%Y%m%d-%H%M%S)"
+RUN="runs/main-$(echo "$TASK" | tr '[:upper:]' '[:lower:]')-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
 echo "run folder: $RUN"
 CLASSIFIER="$RUN/classifier"  # the reward's classifier; round 2 may retrain it
-CAMS="--images --image-size 64 --cameras front wrist side"
+CAMS="--images --image-size 64 --cameras $CLASSIFIER_CAMERAS"
 
 stage "record 20 demonstrations and the classifier's 40 takes (scripted expert, cameras at 64x64)" "about 1 min"
 # seed 10000 and noise 0.1 are the takes `--demos 20` would collect in memory (same expert, same seeds)
-quiet_guard $R record --task PickCube --episodes 20 --noise 0.1 --seed 10000 --successful-only --images --image-size 64 \
+quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.1 --seed 10000 --successful-only --images --image-size 64 \
     --cameras front wrist --out "$RUN/demos.zarr"
-quiet_guard $R record --task PickCube --episodes 20 --noise 0.1 --seed 100 --successful-only $CAMS \
+quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.1 --seed 100 --successful-only $CAMS \
     --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --hold-release 0.5 --out "$RUN/classifier_successes.zarr"
-quiet_guard $R record --task PickCube --episodes 20 --noise 0.5 --seed 200 --failed-only $CAMS \
+quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.5 --seed 200 --failed-only $CAMS \
     --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 
 stage "train the success classifier ($CLASSIFIER_STEPS steps) and calibrate it for 1% false positives" \
     "$(minutes $(( CLASSIFIER_STEPS * 60 / 1000 )))"
 quiet_guard $R classifier train --data "$RUN/classifier_successes.zarr" --data "$RUN/classifier_failures.zarr" \
     --steps "$CLASSIFIER_STEPS" --consecutive 2 --out "$RUN/classifier"
-if [ "$OBS" = state ] || [ "${STACK:-}" = ros ]; then
+if [ "$OBS" = state ] || [ "$STACK" = ros ]; then
   OBSERVATION=(--obs state)  # sim only: the policy reads the sim's object poses (the ROS stack trains this one)
 else
   stage "pretrain the frozen image encoder (bc, autoencoder, the classifier's trunks; the best by a held-out probe)" \
       "about 3 min"
   quiet_guard $R encoder pretrain --data "$RUN/demos.zarr" --classifier "$RUN/classifier" \
-      --steps "${ENCODER_STEPS:-1000}" --probe-steps 500 --out "$RUN/encoder"
+      --steps "$ENCODER_STEPS" --probe-steps 500 --out "$RUN/encoder"
   OBSERVATION=(--obs "$OBS" --frozen-encoder "$RUN/encoder")
 fi
 result_to() {  # result_to FILE CMD...: CMD's output shown as it comes, its last line (a JSON result) kept in FILE
@@ -76,24 +112,24 @@ result_to() {  # result_to FILE CMD...: CMD's output shown as it comes, its last
   rm -f "$file.out"
 }
 rollouts() {  # the policy's own rollouts, scored by a classifier: $1 = store, $2 = classifier, $3 = result file, $4 = seed
-  quiet_guard $R record --task PickCube --policy "$RUN" --episodes 20 --seed "$4" $CAMS --continue-after-success 100 --out "$1"
+  quiet_guard $R record --task "$TASK" --policy "$RUN" --episodes 20 --seed "$4" $CAMS --continue-after-success 100 --out "$1"
   result_to "$3" $R classifier eval --classifier "$2" --data "$1"
 }
-if [ "${STACK:-}" = ros ]; then
+if [ "$STACK" = ros ]; then
   stage "train through the ROS 2 stack ($STEPS env steps in real time at 10 Hz; arm, cameras, actor, learner, recorder)" \
       "$(minutes $(( STEPS / 10 + 120 )))"
   # the same training through the ROS 2 stack: arm, cameras, actor, learner and recorder as
   # separate nodes over DDS (loopback), in real time at 10 Hz
   ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}" quiet_guard $R launch sim_train \
-      demo_store:="$RUN/demos.zarr" reward_classifier:="$RUN/classifier" env_steps:="$STEPS" \
-      run_dir:="$RUN" "$@"
+      task:="$TASK" cameras:="[${CLASSIFIER_CAMERAS// /,}]" demo_store:="$RUN/demos.zarr" \
+      reward_classifier:="$RUN/classifier" env_steps:="$STEPS" run_dir:="$RUN" "$@"
   stage "grade the final policy by ground truth (50 episodes: the run's final figure, eval.json)" "about 2 min"
   result_to "$RUN/eval.json" $R eval --checkpoint "$RUN" --episodes 50
 else
-  stage "train round 1: PickCube from ${OBS} for $ROUND1 env steps with the classifier's reward (SAC/RLPD)" \
+  stage "train round 1: $TASK from ${OBS} for $ROUND1 env steps with the classifier's reward (SAC/RLPD)$HUMAN_TEXT" \
       "$(minutes $(( ROUND1 * per_step_ms / 1000 )))"
-  quiet_guard $R train --task PickCube "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
-      --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
+  quiet_guard $R train --task "$TASK" "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
+      --simulated-human "$HUMAN" --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
   stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
       "about 1 min (3 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300

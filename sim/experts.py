@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
+from robot_rl.errors import UserFacingError
 from robot_rl.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
 from robot_rl.sim.tasks import PegInsert, PickCube
 
@@ -187,10 +188,23 @@ class PegInsertExpert(ScriptedExpert):
 EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert}
 
 
+class NoExpertError(UserFacingError):
+    """A task without a scripted expert where one is needed (demonstrations, a simulated human)."""
+
+
+def check_expert(task: str, needed_by: str) -> None:
+    """Refuse a task (a sim task's or a cell's task file's name) without a scripted expert,
+    naming ``needed_by`` (who needs one) and the tasks that have one."""
+    if task not in EXPERTS:
+        raise NoExpertError(f"{needed_by} needs a scripted expert, and task {task!r} has none; the tasks with one: "
+                            f"{', '.join(sorted(EXPERTS))}")
+
+
 def make_expert(task: str, noise: float = 0.0, seed: int | None = None, limits: ControlLimits = ControlLimits()):
     from robot_rl.sim.tasks import get_task
 
     get_task(task)  # raises a clear error listing the tasks
+    check_expert(task, "a scripted run")
     return EXPERTS[task](noise=noise, seed=seed, limits=limits)
 
 

@@ -52,10 +52,11 @@ class SimulatedHuman:
     at each episode start. ``obs`` is the env's raw observation (with ``privileged``)."""
 
     def __init__(self, task: str, config: SimulatedHumanConfig | None = None, seed: int | None = None):
-        from robot_rl.sim.experts import make_expert
+        from robot_rl.sim.experts import check_expert, make_expert
 
         self.config = config or SimulatedHumanConfig()
         self.config.validate()
+        check_expert(task, "the simulated human")
         self.expert = make_expert(task, noise=self.config.noise, seed=seed)
         self.reset()
 

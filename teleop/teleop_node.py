@@ -125,6 +125,10 @@ class TeleopNode(Node):
             from robot_rl.teleop.console import console_token
 
             token = console_token(cfg.console_host)  # before any device is opened: a bad setting ends it at once
+        if cfg.simulated_human > 0:  # so does a task the simulated human has no scripted expert for
+            from robot_rl.sim.experts import check_expert
+
+            check_expert(cfg.task, "the simulated human (simulated_human > 0)")
         self.switch = InterventionSwitch(cfg.mode)
         self.inputs: list = []
         for name in cfg.devices:

@@ -196,3 +196,32 @@ def test_stop_at_success_ends_the_run_at_the_first_evaluation_that_reaches_it(tm
                           stop_at_success=0.0, **TINY), log=lambda m: None)
     assert s["env_steps"] == 20 and [e["env_steps"] for e in s["evals"]] == [0, 20]
     assert s["checkpoint"].endswith("step_000000020")  # the stopping point is checkpointed
+
+
+def _final_weights(run) -> dict:
+    from safetensors.numpy import load_file
+
+    (ckpt,) = sorted((run / "checkpoints").glob("step_*"))[-1:]
+    return load_file(str(ckpt / "agent.safetensors"))
+
+
+def test_one_seed_gives_one_run_whatever_the_learner_timing(tmp_path):
+    """Sim pacing with a weights schedule: a learner in its own process (overlapping the actor,
+    timed by the OS) and one driven inline between control steps learn the same weights and act
+    the same, so the final figures are equal. Weights every 10 updates: many swaps, each of which
+    would land at another env step if the actor took the newest weights when they came."""
+    cfg = dict(task="PickCube", demos=2, env_steps=160, eval_every=80, weights_every=10, human_eagerness=1.0,
+               **TINY)
+    runs = {}
+    for name, learner in (("process_a", "process"), ("process_b", "process"), ("inline", "inline")):
+        run = tmp_path / name
+        summary = train(TrainConfig(learner=learner, run_dir=str(run), **cfg), log=lambda m: None)
+        runs[name] = (summary, _final_weights(run))
+    reference, weights = runs["inline"]
+    assert reference["interventions"] > 0  # the simulated human's takeovers are part of the run
+    for name, (summary, theirs) in runs.items():
+        for key in ("final", "evals", "episode_interventions", "updates", "episodes"):
+            assert summary[key] == reference[key], (name, key)
+        assert theirs.keys() == weights.keys()
+        for key in weights:
+            np.testing.assert_array_equal(theirs[key], weights[key], err_msg=f"{name}: {key}")

@@ -90,7 +90,7 @@ def _cmd_train(args) -> int:
     except TrainingInterrupted as stopped:
         print(f"robot-rl: {stopped}", file=sys.stderr, flush=True)
         return 128 + stopped.signum
-    brief = {k: v for k, v in summary.items() if k not in ("evals", "episode_interventions")}
+    brief = {k: v for k, v in summary.items() if k not in ("evals", "episode_interventions", "per_1000_steps")}
     print(json.dumps(brief))
     return 0
 
@@ -241,6 +241,10 @@ def _cmd_session(args) -> int:
         raise ValueError(f"--steps and --episodes count (0: no limit), got {args.steps} and {args.episodes}")
     if not 0.0 <= args.simulated_human <= 1.0:
         raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
+    if args.simulated_human > 0:
+        from robot_rl.sim.experts import check_expert
+
+        check_expert(args.task, "the simulated human (--simulated-human)")
     if not args.human_noise >= 0.0:
         raise ValueError(f"--human-noise is a standard deviation (>= 0), got {args.human_noise}")
     from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, console_token

@@ -42,6 +42,40 @@ def _demos(summary: dict) -> str:
     return f"{summary['demos']} episodes from {source}" if summary.get("demo_store") and summary.get("demos") else source
 
 
+def _wall_time(summary: dict) -> str:
+    """The run's training wall time over all its rounds, and each round's (older summaries: the last start's)."""
+    if "train_wall_s" not in summary:
+        return f"wall time: {summary['wall_s']} s"
+    rounds = summary["rounds"]
+    each = ", ".join(f"env steps {r['env_step_range'][0]}-{r['env_step_range'][1]} in {r['wall_s']} s" for r in rounds)
+    return f"training wall time: {summary['train_wall_s']} s in {len(rounds)} round(s): {each}"
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _block_lines(blocks: list[dict]) -> list[str]:
+    """Training per 1,000 env steps: episodes ended and their success and, with a human, its share."""
+    if not blocks:
+        return []
+    human = "intervention_rate" in blocks[0]
+    what = ("episodes counted in the block where they ended; success as the run's reward said it, solved by the "
+            "sim's ground truth")
+    header, rule = "| env steps | episodes | success | solved |", "|---:|---:|---:|---:|"
+    if human:
+        what += "; takeovers counted where they began; human share: of the block's env steps"
+        header, rule = header + " takeovers | human share |", rule + "---:|---:|"
+    lines = ["", f"Training per 1,000 env steps ({what}):", "", header, rule]
+    for b in blocks:
+        row = (f"| {b['env_step_range'][0]}-{b['env_step_range'][1]} | {b['episodes']} | {_rate(b['success_rate'])} | "
+               f"{_rate(b['ground_truth_solved_rate'])} |")
+        if human:
+            row += f" {b['interventions']} | {b['intervention_rate']:.2f} |"
+        lines.append(row)
+    return lines
+
+
 def _metrics_row(name: str, m: dict) -> str:
     return (f"| {name} | {m.get('frames', m.get('tp', 0) + m.get('fp', 0) + m.get('fn', 0) + m.get('tn', 0))} | "
             f"{m['precision']:.3f} | {m['recall']:.3f} | {m['fpr']:.4f} | {m['roc_auc']:.4f} |")
@@ -99,7 +133,14 @@ def write_report(run_dir: str | Path) -> Path:
         f"- env steps: {summary['env_steps']}, episodes: {summary['episodes']}, gradient updates: {summary['updates']}",
         f"- **final success: {_final(summary)}**",
         f"- env steps to 90% / 95% success: {_steps(summary['steps_to_90'])} / {_steps(summary['steps_to_95'])}",
-        f"- wall time: {summary['wall_s']} s; checkpoint: `{summary['checkpoint']}`", "",
+        f"- {_wall_time(summary)}; checkpoint: `{summary['checkpoint']}`",
+    ]
+    if summary.get("intervention_rate_last_2000") is not None:
+        lines.append(f"- simulated human: {summary['interventions']} takeovers and {summary['intervention_steps']} env "
+                     f"steps in finished episodes; {summary['intervention_rate_last_2000']:.0%} of the last "
+                     f"{min(summary['env_steps'], 2000)} env steps")
+    lines += [
+        "",
         "Evaluations during training (ground truth, deterministic policy; the last row is the final figure):", "",
         "| env steps | success | episodes | seeds | mean episode length |", "|---:|---:|---:|---|---:|",
     ]
@@ -107,6 +148,7 @@ def write_report(run_dir: str | Path) -> Path:
               for e in summary["evals"]]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
+    lines += _block_lines(summary.get("per_1000_steps") or [])
     lines += _observation_lines(summary, config)
     return _finish(run, lines, reward, config.get("reward_classifier"), summary.get("classifier_episodes") or {})
 

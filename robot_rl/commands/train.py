@@ -10,6 +10,7 @@ update-to-data ratio, so sample-efficiency figures mean what they say; on a real
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import shutil
@@ -29,7 +30,8 @@ from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, clean_leftovers, list_checkpoints,
                                          read_agent_config, read_state, resolve_checkpoint)
-from robot_rl.runtime.learner import LATEST_ONLY, LearnerSetup, learner_main, transition_arrays
+from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_main, transition_arrays
+from robot_rl.runtime.logging import human_steps_in
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
 
@@ -79,7 +81,8 @@ class LearnerLink:
         self.inline = None
         self.process = None
         if cfg.learner == "inline":
-            actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=LATEST_ONLY)
+            actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=latest_only_kinds(cfg.sync))
+            torch.manual_seed(cfg.seed)  # as learner_main seeds its process: the same learner either way
             self.inline = setup.build(learner_end)
             self.endpoint = actor_end
         else:
@@ -89,7 +92,7 @@ class LearnerLink:
                                        name="robot-rl-learner")
             self.process.start()
             learner_conn.close()
-            self.endpoint = PipeEndpoint(actor_conn, maxsize=4096, latest_only=LATEST_ONLY, name="actor")
+            self.endpoint = PipeEndpoint(actor_conn, maxsize=4096, latest_only=latest_only_kinds(cfg.sync), name="actor")
 
     def send(self, kind, arrays=None, meta=None) -> bool:
         ok = self.endpoint.send(kind, arrays, meta)
@@ -135,12 +138,18 @@ def wait_for(learner: LearnerClient, condition, what: str, timeout: float = 600.
 
 
 def wait_for_learner(learner: LearnerClient, cfg: TrainConfig, online_sent: int) -> None:
-    """Sim pacing: keep within ``max_lead`` env steps of the update-to-data ratio."""
-    starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
-    if not cfg.sync or online_sent < max(starts, 1):
+    """Sim pacing (``sync``): the policy acting after ``online_sent`` env steps is the learner's
+    after exactly ``utd * (online_sent - max_lead)`` online updates (the first weights until then).
+    The actor waits for those updates and swaps in no newer weights, so the learner may work up to
+    ``max_lead`` steps behind the actor (the two overlap in time) while what is learned, and so
+    the run, is the same for one seed on any machine at any load."""
+    if not cfg.sync:
         return
-    owed = int(cfg.utd * max(0, online_sent - cfg.max_lead))
-    wait_for(learner, lambda: learner.status.get("online_updates", 0) >= owed, "catch up")
+    starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
+    learner.due_updates = int(cfg.utd * max(0, online_sent - cfg.max_lead)) if online_sent >= starts else 0
+    if online_sent < max(starts, 1):
+        return
+    wait_for(learner, lambda: learner.status.get("online_updates", 0) >= learner.due_updates, "catch up")
 
 
 def learner_error(message: str) -> None:
@@ -215,7 +224,8 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
     ``overrides`` (each change is logged and kept in ``config_history.jsonl``); a full ``cfg``
     is used as given. A run that fails before its first checkpoint removes its run folder."""
     actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": 0,
-                         "interventions": 0, "intervention_steps": 0, "episode_interventions": []}
+                         "interventions": 0, "intervention_steps": 0, "episode_interventions": [],
+                         "train_episodes": [], "human_stretches": [], "rounds": []}
     resume_from = None
     if resume:
         ckpt = resolve_checkpoint(Path(resume))
@@ -244,6 +254,7 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
         if resume_from:
             clean_leftovers(run_dir)  # this process now writes the run's checkpoints
         record_config(run_dir, cfg, resume_from)
+        start_round(actor_state, cfg, resume_from)
         with StopSignals() as stop:
             return _train(cfg, run_dir, resume_from, actor_state, stop, log)
     except BaseException:
@@ -267,10 +278,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     if resume_from:
         check_compatible(read_agent_config(Path(resume_from)), env, Path(resume_from))
     policy = SACAgent(acting_config(agent_cfg))
+    policy.seed_acting(cfg.seed)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
     link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
     learner = LearnerClient(link, policy, on_error=learner_error)
-    t_start = time.time()
 
     def checkpoint(step: int) -> None:
         name = f"step_{step:09d}"
@@ -298,7 +309,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         def act(raw: dict, obs: dict) -> np.ndarray:
             return env.action_space.sample() if actor_state["env_steps"] < random_until else policy.act(obs)
 
-        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg), learner=learner, log=log)
+        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg), learner=learner,
+                         recorder=training_recorder(cfg, cell, run_dir), log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
         checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
@@ -313,6 +325,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
             result = loop.step()
             step += 1
             actor_state["env_steps"] = step
+            count_step(actor_state, result, step)
             if result.episode is not None:
                 count_episode(actor_state, result.episode, cfg, logger, step)
             if step % cfg.eval_every == 0 or step == cfg.env_steps:
@@ -327,15 +340,35 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
             if reached:
                 log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
                 break
-        summary = make_summary(cfg, actor_state, time.time() - t_start, learner, run_dir, resume_from)
+        summary = make_summary(cfg, actor_state, learner, run_dir, resume_from)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        logger.plot_curve(actor_state["evals"], cfg)
+        logger.plot_curve(actor_state["evals"], cfg, summary["per_1000_steps"])
         return summary
     finally:
         logger.close()
         link.close()
         env.close()
         eval_env.close()
+
+
+def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
+    """With ``record_episodes``: every training episode into ``<run>/online.zarr`` (a resumed run
+    appends to it), stamped in control periods."""
+    if not cfg.record_episodes:
+        return None
+    from robot_rl.data.recorder import EpisodeRecorder, store_fields
+    from robot_rl.data.store import EpisodeStore
+
+    path = run_dir / "online.zarr"
+    if path.exists():
+        store = EpisodeStore.open(path, mode="a")
+    else:
+        fields, cams = store_fields(cell.observation_space, cell.action_space.shape[0])
+        store = EpisodeStore.create(path, fields, task=cfg.task, robot="panda", control_hz=cell.unwrapped.limits.control_hz,
+                                    cameras=cams, backend=cfg.backend, source="training",
+                                    human_eagerness=cfg.human_eagerness, seed=cfg.seed)
+    ticks = itertools.count()
+    return EpisodeRecorder(store, clock=lambda: next(ticks) / cell.unwrapped.limits.control_hz)
 
 
 def send_demos(cfg: TrainConfig, cell, env: FlatObservation, link: LearnerLink, actor_state: dict, log) -> None:
@@ -356,10 +389,46 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, link: LearnerLink, 
         log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
 
 
+CLASSIFIER_OUTCOMES = ("true_positive", "false_positive", "false_negative", "true_negative")
+
+
+def start_round(actor_state: dict, cfg: TrainConfig, resume_from: str | None) -> None:
+    """A start or resume of the run opens a round: its own step range, wall time and tallies, kept
+    in the checkpoints' state so that summary.json can state each round and the run's totals."""
+    step = actor_state["env_steps"]
+    this = {"resumed_from": resume_from, "started_at": time.time(), "env_step_range": [step, step], "wall_s": 0.0,
+            "episodes": 0, "interventions": 0, "intervention_steps": 0, "human_eagerness": cfg.human_eagerness}
+    if cfg.reward_classifier:
+        this.update(reward_classifier=cfg.reward_classifier, classifier_episodes=dict.fromkeys(CLASSIFIER_OUTCOMES, 0))
+    actor_state["rounds"].append(this)
+
+
+def touch_round(actor_state: dict) -> None:
+    """The current round's step range and wall time up to now (a checkpoint carries them as they were)."""
+    this = actor_state["rounds"][-1]
+    this["env_step_range"][1] = actor_state["env_steps"]
+    this["wall_s"] = round(time.time() - this["started_at"], 1)
+
+
+def count_step(actor_state: dict, result, step: int) -> None:
+    """Each env step (``ActorLoop``'s ``StepResult``): the round's clock, and the human's stretches at
+    the controls, one per takeover as ``EpisodeTally`` counts them (a new episode starts a new one),
+    so the figures per block of env steps are exact however episodes straddle the blocks."""
+    touch_round(actor_state)
+    if result.by_human:
+        stretches = actor_state["human_stretches"]
+        if stretches and stretches[-1][1] == step - 1 and result.episode_step > 1:
+            stretches[-1][1] = step
+        else:
+            stretches.append([step, step])
+
+
 def count_episode(actor_state: dict, episode: dict, cfg: TrainConfig, logger, step: int) -> None:
     """A finished training episode (``ActorLoop``'s record) into the run's tallies."""
     actor_state["episodes"] += 1
+    actor_state["rounds"][-1]["episodes"] += 1
     actor_state["train_successes"].append(episode["success"])
+    actor_state["train_episodes"].append([step, episode["success"], episode["ground_truth_solved"]])
     if cfg.reward_classifier:
         count_classifier_outcome(actor_state, episode["success"], episode["ground_truth_solved"], logger, step)
     if cfg.human_eagerness > 0:
@@ -379,8 +448,9 @@ def make_human(cfg: TrainConfig):
 
 def count_interventions(actor_state: dict, takeovers: int, human_steps: int, length: int, logger, step: int) -> None:
     """Per episode: how often the human took over and what share of its steps it drove."""
-    actor_state["interventions"] += takeovers
-    actor_state["intervention_steps"] += human_steps
+    for tally in (actor_state, actor_state["rounds"][-1]):
+        tally["interventions"] += takeovers
+        tally["intervention_steps"] += human_steps
     actor_state["episode_interventions"].append([step, takeovers, human_steps, length])
     logger.scalar("train/interventions_per_episode", takeovers, step)
     logger.scalar("train/intervention_rate", human_steps / max(length, 1), step)
@@ -390,16 +460,22 @@ def count_classifier_outcome(actor_state: dict, said: bool, truth: bool, logger,
     """Training episodes graded by the classifier against the sim's ground truth (did the task
     get solved at any step): a false positive pays the policy for a failure, which is what a
     policy learns to exploit."""
-    counts = actor_state.setdefault("classifier_episodes", {"true_positive": 0, "false_positive": 0,
-                                                            "false_negative": 0, "true_negative": 0})
     key = {(True, True): "true_positive", (True, False): "false_positive",
            (False, True): "false_negative", (False, False): "true_negative"}[said, truth]
-    counts[key] += 1
-    logger.scalar("train/classifier_false_positive_episodes", counts["false_positive"], step)
+    actor_state["rounds"][-1]["classifier_episodes"][key] += 1
+    logger.scalar("train/classifier_false_positive_episodes",
+                  classifier_total(actor_state["rounds"])["false_positive"], step)
+
+
+def classifier_total(rounds: list[dict]) -> dict | None:
+    """The run's classifier tally: the sum over the rounds trained on a classifier's reward (None: none was)."""
+    tallies = [r["classifier_episodes"] for r in rounds if "classifier_episodes" in r]
+    return {k: sum(t[k] for t in tallies) for k in CLASSIFIER_OUTCOMES} if tallies else None
 
 
 def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None:
     actor_state["evals"].append({"env_steps": step, **result})
+    touch_round(actor_state)  # the checkpoint after the final evaluation counts its time
     logger.scalar("eval/success_rate", result["success_rate"], step)
     logger.scalar("eval/episode_length", result["episode_length"], step)
     log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
@@ -419,9 +495,41 @@ def steps_to(evals: list[dict], threshold: float) -> int | None:
     return None
 
 
-def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, learner: LearnerClient, run_dir: Path,
+def per_block(actor_state: dict, human: bool, size: int = 1000) -> list[dict]:
+    """The run per block of ``size`` env steps (lo, hi]: the training episodes that ended in it and
+    their success (as the run's reward said, and by the sim's ground truth when recorded) and, with
+    a ``human``, its takeovers (counted where each began) and its share of the block's env steps."""
+    end, stretches = actor_state["env_steps"], actor_state["human_stretches"]
+    rows = []
+    for lo in range(0, end, size):
+        hi = min(lo + size, end)
+        ended = [e for e in actor_state["train_episodes"] if lo < e[0] <= hi]
+        solved = [e[2] for e in ended if e[2] is not None]
+        row = {"env_step_range": [lo, hi], "episodes": len(ended),
+               "success_rate": round(sum(e[1] for e in ended) / len(ended), 4) if ended else None,
+               "ground_truth_solved_rate": round(sum(solved) / len(solved), 4) if solved else None}
+        if human:
+            human_steps = human_steps_in(stretches, lo, hi)
+            row.update(interventions=sum(lo < first <= hi for first, _ in stretches), intervention_steps=human_steps,
+                       intervention_rate=round(human_steps / (hi - lo), 4))
+        rows.append(row)
+    return rows
+
+
+def intervention_rate_last(actor_state: dict, window: int) -> float | None:
+    """The share of the run's last ``window`` env steps (all of them in a shorter run) under human control."""
+    end = actor_state["env_steps"]
+    n = min(end, window)
+    return round(human_steps_in(actor_state["human_stretches"], end - n, end) / n, 4) if n else None
+
+
+def make_summary(cfg: TrainConfig, actor_state: dict, learner: LearnerClient, run_dir: Path,
                  resume_from: str | None = None) -> dict:
+    """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in ``rounds``."""
     evals = actor_state["evals"]
+    touch_round(actor_state)
+    rounds = actor_state["rounds"]
+    human = any(r["human_eagerness"] > 0 for r in rounds) or bool(actor_state["human_stretches"])
     return {
         "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
         "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
@@ -432,10 +540,20 @@ def make_summary(cfg: TrainConfig, actor_state: dict, wall_s: float, learner: Le
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
-        "wall_s": round(wall_s, 1), "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
+        "train_wall_s": round(sum(r["wall_s"] for r in rounds), 1),
+        "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
-        "classifier_episodes": actor_state.get("classifier_episodes"),
+        "classifier_episodes": classifier_total(rounds),
         "human_eagerness": cfg.human_eagerness, "interventions": actor_state["interventions"],
         "intervention_steps": actor_state["intervention_steps"],
+        "intervention_rate_last_2000": intervention_rate_last(actor_state, 2000) if human else None,
+        "rounds": [round_summary(r) for r in rounds],
+        "per_1000_steps": per_block(actor_state, human),
         "episode_interventions": actor_state["episode_interventions"], "evals": evals,
     }
+
+
+def round_summary(this: dict) -> dict:
+    """A round as summary.json states it: when it started as a local time, not Unix seconds."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(this["started_at"]))
+    return {"started": started, **{k: v for k, v in this.items() if k != "started_at"}}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -162,23 +163,39 @@ def save_classifier(path: str | Path, model: SuccessClassifier, calibration: Cal
     return path / "classifier.safetensors"
 
 
-def load_classifier(path: str | Path, device: str = "cpu") -> tuple[SuccessClassifier, Calibration]:
-    """A saved classifier on ``device`` (a resolved name), whatever device it was trained on."""
+def _classifier_file(path: str | Path) -> Path:
     path = Path(path)
     file = path / "classifier.safetensors" if path.is_dir() else path
     if not file.is_file():
         raise ClassifierError(f"no classifier at {path} (expected classifier.safetensors)")
-    try:
-        from safetensors import safe_open
+    return file
 
+
+def _read_header(file: Path) -> tuple[ClassifierConfig, Calibration]:
+    """The config and calibration a classifier file records (its header: no weights are read)."""
+    try:
         with safe_open(str(file), "pt") as f:
             meta = f.metadata() or {}
-        tensors = load_file(str(file), device="cpu")
         config = ClassifierConfig(**{k: tuple(v) if isinstance(v, list) else v
                                      for k, v in json.loads(meta["config"]).items()})
         config.pretrained_path = None  # the weights are in the file
-        calibration = Calibration(**json.loads(meta["calibration"]))
-    except (KeyError, ValueError, OSError, TypeError) as e:
+        return config, Calibration(**json.loads(meta["calibration"]))
+    except (KeyError, ValueError, OSError, TypeError, SafetensorError) as e:
+        raise ClassifierError(f"{file} is not a robot_rl success classifier: {e}") from e
+
+
+def read_classifier_config(path: str | Path) -> ClassifierConfig:
+    """A saved classifier's config (cameras, image size, ...) without loading its weights."""
+    return _read_header(_classifier_file(path))[0]
+
+
+def load_classifier(path: str | Path, device: str = "cpu") -> tuple[SuccessClassifier, Calibration]:
+    """A saved classifier on ``device`` (a resolved name), whatever device it was trained on."""
+    file = _classifier_file(path)
+    config, calibration = _read_header(file)
+    try:
+        tensors = load_file(str(file), device="cpu")
+    except (ValueError, OSError, SafetensorError) as e:
         raise ClassifierError(f"{file} is not a robot_rl success classifier: {e}") from e
     model = SuccessClassifier(config)
     model.load_state_dict(tensors)

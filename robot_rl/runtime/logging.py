@@ -1,7 +1,7 @@
 """Run-folder output for long jobs: TensorBoard scalars, progress (steps, success rate,
-updates, rate, ETA) and the learning-curve PNG. Progress is a live bar on a terminal and a
-plain line every 100 env steps and at least every 15 s (``ProgressLines``) when the output is a
-file, a pipe or a CI log."""
+updates, the simulated human's takeovers, rate, ETA) and the learning-curve PNG. Progress is a
+live bar on a terminal and a plain line every 100 env steps and at least every 15 s
+(``ProgressLines``) when the output is a file, a pipe or a CI log."""
 
 from __future__ import annotations
 
@@ -55,12 +55,19 @@ class RunLogger:
         if evals:
             figures["latest eval"] = f"{evals[-1]['success_rate']:.2f}"
         figures["updates"] = status.get("updates", 0)
+        rounds = actor_state.get("rounds")
+        if rounds and rounds[-1]["human_eagerness"] > 0:
+            stretches, window = actor_state["human_stretches"], min(step, 1000)
+            share = human_steps_in(stretches, step - window, step) / max(window, 1)
+            figures["human"] = f"{len(stretches)} takeovers, {share:.0%} of the last {window} steps"
         if self.bar is not None:
             self.bar.update(self.task, completed=step, info=" ".join(f"{k} {v}" for k, v in figures.items()))
         if self._lines is not None:
             self._lines.update(step, force=True, **figures)
 
-    def plot_curve(self, evals: list[dict], cfg) -> Path | None:
+    def plot_curve(self, evals: list[dict], cfg, blocks: list[dict] | None = None) -> Path | None:
+        """The eval success curve; below it, when ``blocks`` (summary.json's ``per_1000_steps``)
+        are given, the training episodes' success per block and, with a human, its share of the steps."""
         if not evals:
             return None
         import matplotlib
@@ -68,13 +75,28 @@ class RunLogger:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        if blocks:
+            fig, (ax, low) = plt.subplots(2, 1, figsize=(6, 6), sharex=True, gridspec_kw={"height_ratios": (3, 2)})
+        else:
+            fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.plot([e["env_steps"] for e in evals], [e["success_rate"] for e in evals], marker="o")
-        ax.set_xlabel("env steps")
         ax.set_ylabel("eval success rate")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.set_title(curve_title(evals, cfg), fontsize=9)
+        if blocks:
+            ends = [b["env_step_range"][1] for b in blocks]
+            nan = float("nan")  # a block in which no episode ended
+            low.plot(ends, [nan if b["success_rate"] is None else b["success_rate"] for b in blocks], marker=".",
+                     label="training episodes' success (as the reward said)")
+            if "intervention_rate" in blocks[0]:
+                low.plot(ends, [b["intervention_rate"] for b in blocks], marker=".", color="tab:red",
+                         label="share of env steps under human control")
+            low.set_ylabel("per 1000 env steps")
+            low.set_ylim(-0.02, 1.02)
+            low.grid(alpha=0.3)
+            low.legend(fontsize=7)
+        (low if blocks else ax).set_xlabel("env steps")
         fig.tight_layout()
         path = self.run_dir / "learning_curve.png"
         fig.savefig(path, dpi=100)
@@ -85,6 +107,11 @@ class RunLogger:
         if self.bar is not None:
             self.bar.stop()
         self.writer.close()
+
+
+def human_steps_in(stretches: list[list[int]], lo: int, hi: int) -> int:
+    """Env steps in (lo, hi] under human control; ``stretches``: [first, last] env step of each takeover."""
+    return sum(max(0, min(last, hi) - max(first, lo + 1) + 1) for first, last in stretches)
 
 
 def curve_title(evals: list[dict], cfg) -> str:

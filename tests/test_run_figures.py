@@ -1,0 +1,132 @@
+"""summary.json's figures of a whole run: its rounds (start and resumes), its training wall time,
+and the human's takeovers and the training success per block of env steps."""
+
+import json
+
+import numpy as np
+
+from robot_rl.actor import EpisodeTally, StepResult
+from robot_rl.commands.train import (TrainConfig, count_episode, count_step, intervention_rate_last, per_block,
+                                     start_round, train)
+
+
+class NoLogger:
+    def scalar(self, name, value, step):
+        pass
+
+
+def play(actor_state: dict, cfg: TrainConfig, episodes: list[list[bool]]) -> list[bool]:
+    """Feed episodes (each a list of per-step human flags) through the trainer's tallies as
+    ``_train`` does; returns every env step's flag."""
+    rng = np.random.default_rng(0)
+    flags = []
+    for human in episodes:
+        tally = EpisodeTally()
+        for k, by_human in enumerate(human, start=1):
+            tally.add(0.0, by_human)
+            step = actor_state["env_steps"] = actor_state["env_steps"] + 1
+            count_step(actor_state, StepResult(reward=0.0, by_human=by_human, success=False, info={}, episode_step=k,
+                                               episode_return=0.0), step)
+            flags.append(by_human)
+        success = bool(rng.random() < 0.5)
+        count_episode(actor_state, {"success": success, "ground_truth_solved": not success, **tally.summary()}, cfg,
+                      NoLogger(), actor_state["env_steps"])
+    return flags
+
+
+def fresh_state(cfg: TrainConfig) -> dict:
+    state = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "interventions": 0, "intervention_steps": 0,
+             "episode_interventions": [], "train_episodes": [], "human_stretches": [], "rounds": []}
+    start_round(state, cfg, None)
+    return state
+
+
+def test_per_block_figures_agree_with_the_episodes_and_every_step():
+    """Episodes straddle the blocks and one begins under human control right after another
+    ended so: the takeovers per block are counted where each began (a new episode starts a new
+    one, as EpisodeTally counts them), and the totals equal the per-episode records."""
+    cfg = TrainConfig(human_eagerness=0.5)
+    state = fresh_state(cfg)
+    rng = np.random.default_rng(1)
+    episodes = [list(rng.random(n) < 0.4) for n in rng.integers(3, 17, size=12)]
+    episodes[3][-1] = episodes[4][0] = True  # the human drives across an episode's end
+    flags = play(state, cfg, episodes)
+    end = state["env_steps"]
+    rows = per_block(state, human=True, size=10)
+    assert [r["env_step_range"] for r in rows] == [[lo, min(lo + 10, end)] for lo in range(0, end, 10)]
+    starts, ends, k = [], [], 0  # brute force: each step's flag, each takeover's first step, each episode's end
+    for human in episodes:
+        starts += [k + i + 1 for i, h in enumerate(human) if h and (i == 0 or not human[i - 1])]
+        k += len(human)
+        ends.append(k)
+    per_episode = state["episode_interventions"]
+    for row in rows:
+        lo, hi = row["env_step_range"]
+        assert row["intervention_steps"] == sum(flags[lo:hi])
+        assert row["intervention_rate"] == round(sum(flags[lo:hi]) / (hi - lo), 4)
+        assert row["interventions"] == sum(lo < s <= hi for s in starts)
+        ended = [e for e in state["train_episodes"] if lo < e[0] <= hi]
+        assert row["episodes"] == len(ended) == sum(lo < e <= hi for e in ends)
+        if ended:
+            assert row["success_rate"] == round(np.mean([e[1] for e in ended]), 4)
+            assert row["ground_truth_solved_rate"] == round(1 - row["success_rate"], 4)
+        else:
+            assert row["success_rate"] is row["ground_truth_solved_rate"] is None
+    # the run ends at an episode's end: the blocks hold exactly the episodes' takeovers and human steps
+    assert sum(r["interventions"] for r in rows) == sum(e[1] for e in per_episode) == state["interventions"]
+    assert sum(r["intervention_steps"] for r in rows) == sum(e[2] for e in per_episode) == sum(flags)
+    assert sum(r["episodes"] for r in rows) == len(episodes) == state["rounds"][-1]["episodes"]
+    assert intervention_rate_last(state, 20) == round(sum(flags[-20:]) / 20, 4)
+    assert intervention_rate_last(state, 10_000) == round(sum(flags) / end, 4)  # a shorter run: all its steps
+    assert "interventions" not in per_block(state, human=False, size=10)[0]  # no human, no human columns
+
+
+def test_progress_line_states_the_human_takeovers_and_recent_share(tmp_path, capsys):
+    from robot_rl.runtime.logging import RunLogger
+
+    cfg = TrainConfig(human_eagerness=0.5)
+    state = fresh_state(cfg)
+    flags = play(state, cfg, [[False] * 90 + [True] * 10, [True] * 6 + [False] * 94])
+    logger = RunLogger(tmp_path, 200)  # plain lines: the output is not a terminal
+    try:
+        logger.progress(200, state, {})
+    finally:
+        logger.close()
+    assert sum(flags) == 16
+    assert "human 2 takeovers, 8% of the last 200 steps" in capsys.readouterr().out  # 16 of 200
+
+
+def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
+    """Round 1 to env step 110, then a resume to 220, with a simulated human: every figure is
+    the whole run's unless it sits in ``rounds``, and the report shows the per-1000 table."""
+    run = tmp_path / "run"
+    tiny = dict(task="PickCube", demos=1, eval_every=110, eval_episodes=1, final_eval_episodes=1, pretrain_steps=10,
+                critic_warmup_steps=5, batch_size=32, agent={"hidden": [32, 32]}, human_eagerness=1.0,
+                learner="inline", progress=False)
+    first = train(TrainConfig(env_steps=110, run_dir=str(run), **tiny), log=lambda m: None)
+    second = train(TrainConfig(env_steps=220, **tiny), resume=str(run), log=lambda m: None)
+    assert [r["env_step_range"] for r in first["rounds"]] == [[0, 110]]
+    one, two = second["rounds"]
+    assert one["env_step_range"] == [0, 110] and two["env_step_range"] == [110, 220]
+    assert two["resumed_from"].endswith("step_000000110") and one["resumed_from"] is None
+    assert one["episodes"] == first["episodes"]
+    assert second["episodes"] == one["episodes"] + two["episodes"] == len(second["episode_interventions"])
+    assert second["interventions"] == one["interventions"] + two["interventions"]
+    assert second["train_wall_s"] >= max(one["wall_s"], two["wall_s"]) > 0
+    assert second["classifier_episodes"] is None and "classifier_episodes" not in one  # ground-truth reward
+    per_episode = second["episode_interventions"]
+    (block,) = second["per_1000_steps"]
+    assert block["env_step_range"] == [0, 220] and block["episodes"] == second["episodes"]
+    # every env step counts, episodes cut short by the resume or the end included
+    assert block["intervention_steps"] >= sum(e[2] for e in per_episode) > 0
+    assert block["interventions"] >= sum(e[1] for e in per_episode)
+    assert block["intervention_rate"] == round(block["intervention_steps"] / 220, 4)
+    assert second["intervention_rate_last_2000"] == block["intervention_rate"]  # the run is shorter than 2,000
+    assert json.loads((run / "summary.json").read_text())["rounds"] == second["rounds"]
+    from robot_rl.commands.report import write_report
+
+    report = write_report(run).read_text()
+    assert f"training wall time: {second['train_wall_s']} s in 2 round(s)" in report
+    assert "| env steps | episodes | success | solved | takeovers | human share |" in report
+    assert f"| 0-220 | {block['episodes']} |" in report
+    assert (run / "learning_curve.png").is_file()
