@@ -1,4 +1,5 @@
 import json
+import statistics
 
 import pytest
 import torch
@@ -208,22 +209,49 @@ def test_ros_bench_quick_gives_every_figure():
 
 
 def test_hil_bench_quick_gives_every_figure():
+    """PickCube from pixels, both rewards, with and without the simulated human: every figure
+    there and each what its name says of the runs' curves."""
     pytest.importorskip("rclpy")
     from robot_rl.bench import hil as hil_bench
 
     figures = hil_bench.run(quick=True, log=lambda msg: None)
-    for task in ("pickcube", "peginsert"):
-        steps = {}
-        for run in ("with_interventions", "without_interventions"):
-            curve = figures[f"{task}_{run}_curve"]
-            assert curve and curve[0][0] == 0, (task, run)  # the clone is graded before any online step
-            steps[run] = figures[f"{task}_steps_to_90_{run}"]
-            assert steps[run] == _first_at(curve, 0.9), (task, run)
-            assert figures[f"{task}_final_success_{run}"] == curve[-1][1], (task, run)
-        a, b = steps["with_interventions"], steps["without_interventions"]
-        assert figures[f"{task}_steps_ratio"] == (round(a / b, 3) if a is not None and b else None)
-        assert figures[f"{task}_intervention_steps"] == sum(figures[f"{task}_intervention_steps_by_episode"])
-        assert figures[f"{task}_interventions"] >= (1 if figures[f"{task}_intervention_steps"] else 0)
+    seeds = hil_bench.QUICK["seeds"]
+    assert figures["seeds"] == seeds and figures["eagerness"] == hil_bench.EAGERNESS
+    assert figures["pickcube_demos"] == hil_bench.QUICK["pixel_demos"]
+    assert isinstance(figures["encoder_held_out_loss"], float)
+    for reward in ("ground_truth", "classifier"):
+        ratios, reached = [], {"with_human": 0, "without_human": 0}
+        for seed in range(seeds):
+            key = f"pickcube_{reward}_seed{seed}"
+            steps = {}
+            for run in ("with_human", "without_human"):
+                curve = figures[f"{key}_{run}_curve"]
+                assert curve and curve[0][0] == 0, (key, run)  # the clone is graded before any online step
+                steps[run] = figures[f"{key}_steps_to_90_{run}"]
+                assert steps[run] is None or isinstance(steps[run], int), (key, run)
+                assert steps[run] == _first_at(curve, 0.9), (key, run)
+                reached[run] += steps[run] is not None
+                final = figures[f"{key}_final_success_{run}"]
+                assert isinstance(final, float) and 0.0 <= final <= 1.0 and final == curve[-1][1], (key, run)
+                assert figures[f"{key}_{run}_wall_s"] > 0, (key, run)
+            a, b = steps["with_human"], steps["without_human"]
+            ratio = figures[f"{key}_steps_ratio"]
+            assert ratio is None or isinstance(ratio, float), key
+            assert ratio == (round(a / b, 3) if a is not None and b else None), key
+            if ratio is not None:
+                ratios.append(ratio)
+            human_steps, takeovers = figures[f"{key}_intervention_steps"], figures[f"{key}_interventions"]
+            assert isinstance(human_steps, int) and isinstance(takeovers, int), key
+            assert human_steps == sum(figures[f"{key}_intervention_steps_by_episode"]), key
+            assert takeovers >= (1 if human_steps else 0), key
+        median = figures[f"pickcube_{reward}_steps_ratio_median"]
+        assert median is None or isinstance(median, float), reward
+        assert median == (round(statistics.median(ratios), 3) if ratios else None), reward
+        assert figures[f"pickcube_{reward}_seeds_with_ratio"] == len(ratios)
+        for run in ("with_human", "without_human"):
+            assert figures[f"pickcube_{reward}_reached_90_{run}"] == reached[run], (reward, run)
+    assert not any(k.startswith("peginsert") for k in figures)  # the state rows are gone
+    assert figures["total_wall_s"] > 0 and figures["notes"]
     assert figures["console_inputs_seen"] == figures["console_inputs"]
     assert 0 < figures["console_input_to_command_ms_p50"] <= figures["console_input_to_command_ms_p99"]
 

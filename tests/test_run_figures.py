@@ -6,6 +6,7 @@ import json
 import numpy as np
 
 from robot_rl.actor import EpisodeTally, StepResult
+from robot_rl.commands.cli import main
 from robot_rl.commands.train import (TrainConfig, count_episode, count_step, intervention_rate_last, per_block,
                                      start_round, train)
 
@@ -130,3 +131,8 @@ def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
     assert "| env steps | episodes | success | solved | takeovers | human share |" in report
     assert f"| 0-220 | {block['episodes']} |" in report
     assert (run / "learning_curve.png").is_file()
+    # the main job adds its own wall time, set-up and every stage, named as such
+    assert main(["report", str(run), "--job-wall-s", "1234"]) == 0
+    assert json.loads((run / "summary.json").read_text())["job_wall_s"] == 1234.0
+    assert "job wall time (set-up and every stage): 1234.0 s; training wall time" in (run / "report.md").read_text()
+    assert main(["report", str(run), "--job-wall-s", "-1"]) == 2

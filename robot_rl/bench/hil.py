@@ -1,12 +1,19 @@
-"""``robot-rl bench hil``: what a human in the loop buys, on the sim twin.
+"""``robot-rl bench hil``: what a human in the loop buys, on the sim twin, from pixels.
 
-Per task (PickCube, PegInsert), two ``robot-rl train`` runs from the same few scripted demos
-with the same seed: one where the simulated human (teleop/simulated_human.py, eagerness
-``EAGERNESS``) takes over when the policy stalls or heads for failure, its actions executed,
-flagged and learned from (online and demo buffers), and one without interventions. Both are
-graded every ``eval_every`` env steps over ``eval_episodes`` episodes of the policy alone
-(no human) and stop at 90%. Figures: env steps to 90% with and without interventions, their
-ratio, and the human's steps (intervention steps) in the run with interventions.
+PickCube as the main job (scripts/main.sh) trains it: the policy sees the front and wrist
+cameras at 64x64 and the arm's own state (no object pose) through a frozen image encoder
+pretrained by behaviour cloning on demonstrations recorded with images (the same data
+``robot-rl bench learning`` prepares, ``bench.learning.prepare_pixel_data``, with the encoder's
+one fixed objective ``bc``). Two rewards: the sim's ground truth, and the learned success
+classifier trained on that data. Per reward and seed, two ``robot-rl train`` runs from the same
+demonstrations, encoder and classifier with the same seed: one where the simulated human
+(teleop/simulated_human.py, eagerness ``EAGERNESS``) takes over when the policy stalls or heads
+for failure, its actions executed, flagged and learned from (online and demo buffers), and one
+without. Each is graded by ground truth every ``eval_every`` env steps over ``eval_episodes``
+episodes of the policy alone (no human) and stops at 90%. Figures per reward and seed: env steps
+to 90% with and without the human, their ratio, the human's steps and takeovers, both final
+success rates; over seeds: the median of the per-seed ratios (seeds where both runs reached 90%)
+and how many runs reached 90% each way.
 
 Console latency: the teleop node (with its console) runs as its own process; this process, as
 the operator's browser would, POSTs keyboard input to the console's HTTP API and, as the arm
@@ -20,6 +27,7 @@ import json
 import multiprocessing
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,11 +39,15 @@ from pathlib import Path
 import numpy as np
 
 EAGERNESS = 0.5
-# key -> (task, scripted demos): few enough that the cloned policy starts well short of 90 %
-TASKS = {"pickcube": ("PickCube", 10), "peginsert": ("PegInsert", 3)}
-FULL = dict(demos=None, env_steps=20_000, eval_every=1000, eval_episodes=50, pretrain=1000, warmup=1000,
-            console_inputs=300)
-QUICK = dict(demos=1, env_steps=200, eval_every=100, eval_episodes=3, pretrain=20, warmup=10, console_inputs=30)
+REWARDS = ("ground_truth", "classifier")  # the sim's success, or the learned classifier's on the cameras
+# the pixel data (demos, classifier, encoder) as bench.learning.prepare_pixel_data makes it, at the
+# main job's sizes in full; the quick numbers are the learning bench's quick pixel rows', the
+# budget just past PickCube's 100-step time limit, so that an episode ends
+FULL = dict(seeds=3, env_steps=20_000, eval_every=1000, eval_episodes=20, pretrain=1000, warmup=1000,
+            console_inputs=300, pixel_demos=20, classifier_episodes=20, classifier_steps=4000,
+            encoder_steps=1000, probe_steps=500)
+QUICK = dict(seeds=1, env_steps=120, eval_every=120, eval_episodes=2, pretrain=20, warmup=10, console_inputs=30,
+             pixel_demos=4, classifier_episodes=3, classifier_steps=30, encoder_steps=10, probe_steps=10)
 
 
 def console_latency(inputs: int, log=print) -> dict:
@@ -119,55 +131,106 @@ def console_latency(inputs: int, log=print) -> dict:
             out.close()
 
 
-def plan(p: dict) -> dict[str, dict]:
+def plan(p: dict, data: dict) -> dict[str, dict]:
+    """Per reward and seed, the run with the simulated human and the one without (same demos,
+    encoder, classifier and seed)."""
+    common = dict(task="PickCube", obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
+                  env_steps=p["env_steps"], eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
+                  final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
+                  critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"])
     runs = {}
-    for key, (task, demos) in TASKS.items():
-        common = dict(task=task, demos=p["demos"] or demos, env_steps=p["env_steps"], seed=0, eval_every=p["eval_every"],
-                      eval_episodes=p["eval_episodes"], final_eval_episodes=p["eval_episodes"], stop_at_success=0.9,
-                      pretrain_steps=p["pretrain"], critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"])
-        runs[f"{key}_with_interventions"] = dict(common, human_eagerness=EAGERNESS)
-        runs[f"{key}_without_interventions"] = common
+    for seed in range(p["seeds"]):
+        for reward in REWARDS:
+            kw = dict(common, seed=seed)
+            if reward == "classifier":
+                kw["reward_classifier"] = data["reward_classifier"]
+            runs[f"pickcube_{reward}_seed{seed}_with_human"] = dict(kw, human_eagerness=EAGERNESS)
+            runs[f"pickcube_{reward}_seed{seed}_without_human"] = kw
     return runs
 
 
-def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
-    from robot_rl.bench.learning import train_run
+def steps_ratio(with_human: int | None, without: int | None) -> float | None:
+    """Env steps to 90% with the human over without; None unless both reached it (and without
+    took more than 0 steps)."""
+    return round(with_human / without, 3) if with_human is not None and without else None
 
-    p = QUICK if quick else FULL
-    runs = plan(p)
-    jobs = max(1, min(len(runs), jobs or os.cpu_count() or 1))
-    console = console_latency(p["console_inputs"], log)
-    log(f"{len(runs)} training runs, {jobs} at a time")
-    t0 = time.time()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {name: pool.submit(train_run, name, kw) for name, kw in runs.items()}
-        results = {name: f.result() for name, f in futures.items()}
-    figures: dict = {"eagerness": EAGERNESS, "eval_episodes": p["eval_episodes"], **console}
-    for key in TASKS:
-        with_h, without = results[f"{key}_with_interventions"], results[f"{key}_without_interventions"]
+
+def reward_figures(results: dict[str, dict], reward: str, seeds: int) -> dict:
+    """One reward's figures: per seed, then over the seeds."""
+    figures: dict = {}
+    ratios, reached_with, reached_without = [], 0, 0
+    for seed in range(seeds):
+        key = f"pickcube_{reward}_seed{seed}"
+        with_h, without = results[f"{key}_with_human"], results[f"{key}_without_human"]
         a, b = with_h["steps_to_90"], without["steps_to_90"]
-        figures[f"{key}_demos"] = with_h["demos"]
-        figures[f"{key}_steps_to_90_with_interventions"] = a
-        figures[f"{key}_steps_to_90_without_interventions"] = b
+        ratio = steps_ratio(a, b)
+        reached_with += a is not None
+        reached_without += b is not None
+        if ratio is not None:
+            ratios.append(ratio)
+        figures[f"{key}_steps_to_90_with_human"] = a
+        figures[f"{key}_steps_to_90_without_human"] = b
+        figures[f"{key}_steps_ratio"] = ratio
         figures[f"{key}_intervention_steps"] = with_h["intervention_steps"]
         figures[f"{key}_interventions"] = with_h["interventions"]
-        figures[f"{key}_steps_ratio"] = round(a / b, 3) if a is not None and b else None
-        figures[f"{key}_final_success_with_interventions"] = with_h["final_success_rate"]
-        figures[f"{key}_final_success_without_interventions"] = without["final_success_rate"]
-        for name, s in ((f"{key}_with_interventions", with_h), (f"{key}_without_interventions", without)):
-            figures[f"{name}_curve"] = [[e["env_steps"], e["success_rate"]] for e in s["evals"]]
-            figures[f"{name}_wall_s"] = s["wall_s"]
+        figures[f"{key}_final_success_with_human"] = with_h["final_success_rate"]
+        figures[f"{key}_final_success_without_human"] = without["final_success_rate"]
         figures[f"{key}_intervention_steps_by_episode"] = [e[2] for e in with_h["episode_interventions"]]
-    figures["total_wall_s"] = round(time.time() - t0, 1)
+        for run, s in (("with_human", with_h), ("without_human", without)):
+            figures[f"{key}_{run}_curve"] = [[e["env_steps"], e["success_rate"]] for e in s["evals"]]
+            figures[f"{key}_{run}_wall_s"] = s["wall_s"]
+    figures[f"pickcube_{reward}_steps_ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
+    figures[f"pickcube_{reward}_seeds_with_ratio"] = len(ratios)
+    figures[f"pickcube_{reward}_reached_90_with_human"] = reached_with
+    figures[f"pickcube_{reward}_reached_90_without_human"] = reached_without
+    return figures
+
+
+def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
+    from robot_rl.bench.learning import prepare_pixel_data, train_run
+
+    p = QUICK if quick else FULL
+    console = console_latency(p["console_inputs"], log)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-hil-pixel-data-") as data_dir:
+        data = prepare_pixel_data(Path(data_dir), p, log, objectives=("bc",))
+        runs = plan(p, data)
+        jobs = max(1, min(len(runs), jobs or os.cpu_count() or 1))
+        log(f"{len(runs)} training runs, {jobs} at a time")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {name: pool.submit(train_run, name, kw) for name, kw in runs.items()}
+            results = {name: f.result() for name, f in futures.items()}
+    first = results[next(iter(runs))]
+    figures: dict = {"eagerness": EAGERNESS, "seeds": p["seeds"], "env_steps": p["env_steps"],
+                     "eval_every": p["eval_every"], "eval_episodes": p["eval_episodes"],
+                     "pickcube_demos": first["demos"],
+                     "encoder_held_out_loss": data["encoder_report"]["candidates"]["bc"]["held_out_loss"], **console}
+    for reward in REWARDS:
+        figures.update(reward_figures(results, reward, p["seeds"]))
+    figures.update(parallel_runs=jobs, total_wall_s=round(time.time() - t0, 1))
     figures["notes"] = [
-        "scripted demos (noise 0.1): PickCube 10, PegInsert 3; seed 0, state policy, UTD 2, residual RL on a BC base; "
-        "the runs with and without interventions share demos and seeds",
+        f"PickCube from pixels as scripts/main.sh trains it: front + wrist cameras at 64x64 + the arm's state, no "
+        f"object pose, through a frozen encoder pretrained by behaviour cloning ({p['encoder_steps']} steps, the one "
+        f"objective bc) on {p['pixel_demos']} demos recorded with images (scripted expert, noise 0.1, successful "
+        "takes); SAC/RLPD, UTD 2, residual RL on a BC base, learner in its own process",
+        f"two rewards: ground_truth (the sim's success) and classifier (the learned success classifier: front, wrist "
+        f"and side cameras at 64x64, trained {p['classifier_steps']} steps on {p['classifier_episodes']} successful "
+        f"and {p['classifier_episodes']} failed takes, calibrated for 1% false positives, firing on 2 positive "
+        "frames in a row); evaluation always grades by ground truth",
+        f"seeds 0-{p['seeds'] - 1}; per reward and seed the runs with and without the human share the demos, the "
+        "encoder, the classifier and the seed",
         f"simulated human: eagerness {EAGERNESS} (takes over after {round(6 / EAGERNESS)} steps without progress or "
         "when progress falls, for 15 steps, at most 3 times an episode); its transitions are flagged and go to both "
         "buffers (RLPD's 50/50 batches then draw on them)",
-        "steps_to_90 counts env steps (the human's included) to the first evaluation at >= 90%; evaluations run "
-        "the policy alone, so success there is success without interventions",
-        f"runs execute {jobs} at a time on this machine",
+        f"evaluation every {p['eval_every']} env steps over {p['eval_episodes']} episodes of the policy alone "
+        f"(deterministic, no human), so success there is success without interventions; a run stops at the first "
+        f"evaluation at >= 90% or after {p['env_steps']} env steps; steps_to_90 counts env steps (the human's "
+        "included) to that evaluation, null if never reached",
+        "steps_ratio per seed: steps to 90% with the human / without, null unless both runs reached 90% (and the one "
+        "without after more than 0 steps); steps_ratio_median: the median over the seeds that have a ratio "
+        "(seeds_with_ratio of them; null if none); reached_90_with_human / _without_human: runs that reached 90%",
+        f"runs execute {jobs} at a time on this machine; each wall_s is that run's own wall time; total_wall_s: "
+        "making the pixel data (demos, classifier, encoder) and the runs, not the console measurement",
         "console_input_to_command: HTTP POST of a key change to the console (the teleop node, its own process) -> "
         "the teleop/action message with that input received by a subscriber in this process (where the arm node "
         "takes it: the arm executes the operator's action first); measured before the trainings start",

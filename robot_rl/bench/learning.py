@@ -55,9 +55,12 @@ def train_run(name: str, kw: dict) -> dict:
     return summary
 
 
-def prepare_pixel_data(folder: Path, p: dict, log=print) -> dict:
+def prepare_pixel_data(folder: Path, p: dict, log=print,
+                       objectives: tuple[str, ...] = ("bc", "autoencoder", "classifier")) -> dict:
     """What the pixel rows learn from, made as a lab would: demonstrations with images, the
-    success classifier's takes and the classifier, then the frozen encoder (chosen by probe)."""
+    success classifier's takes and the classifier, then the frozen encoder, chosen by probe among
+    the candidates ``objectives`` names (default: behaviour cloning, the spatial autoencoder and
+    the classifier's trunks; ``("bc",)`` is the main job's one fixed objective)."""
     from robot_rl.agents.pretrain import pretrain_encoder
     from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.training import train_classifier
@@ -72,7 +75,8 @@ def prepare_pixel_data(folder: Path, p: dict, log=print) -> dict:
                     keep="failures", hold_after_failure=20, hold_motion=0.4, hold_rise=0.3)
     train_classifier([good, bad], folder / "classifier", steps=p["classifier_steps"], consecutive=2, device="cpu",
                      log=lambda m: None)
-    report = pretrain_encoder([demos], folder / "encoder", cams, ("bc", "autoencoder"), classifier=str(folder / "classifier"),
+    trunks = str(folder / "classifier") if "classifier" in objectives else None
+    report = pretrain_encoder([demos], folder / "encoder", cams, tuple(objectives), classifier=trunks,
                               steps=p["encoder_steps"], probe_steps=p["probe_steps"], log=lambda m: None)
     log(f"pixel data ready: encoder {report['chosen']} (held-out loss "
         + ", ".join(f"{k} {v['held_out_loss']}" for k, v in report["candidates"].items()) + ")")

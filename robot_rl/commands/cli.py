@@ -208,7 +208,9 @@ def _cmd_classifier(args) -> int:
 def _cmd_report(args) -> int:
     from robot_rl.commands.report import write_report
 
-    print(write_report(args.run))
+    if args.job_wall_s is not None and not args.job_wall_s >= 0:
+        raise ValueError(f"--job-wall-s is a duration in seconds (>= 0), got {args.job_wall_s}")
+    print(write_report(args.run, args.job_wall_s))
     return 0
 
 
@@ -422,6 +424,9 @@ def add_classifier(sub) -> None:
 def add_report(sub) -> None:
     rep = sub.add_parser("report", help="write <run>/report.md: curves, success, classifier metrics")
     rep.add_argument("run", help="a training run folder")
+    rep.add_argument("--job-wall-s", type=float, metavar="SECONDS",
+                     help="also record the wall time of the whole job that made the run (set-up and every stage, as "
+                          "scripts/main.sh measures it) in summary.json as job_wall_s")
     rep.set_defaults(func=_cmd_report)
 
 

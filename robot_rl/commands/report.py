@@ -48,7 +48,8 @@ def _wall_time(summary: dict) -> str:
         return f"wall time: {summary['wall_s']} s"
     rounds = summary["rounds"]
     each = ", ".join(f"env steps {r['env_step_range'][0]}-{r['env_step_range'][1]} in {r['wall_s']} s" for r in rounds)
-    return f"training wall time: {summary['train_wall_s']} s in {len(rounds)} round(s): {each}"
+    job = f"job wall time (set-up and every stage): {summary['job_wall_s']} s; " if "job_wall_s" in summary else ""
+    return f"{job}training wall time: {summary['train_wall_s']} s in {len(rounds)} round(s): {each}"
 
 
 def _rate(value) -> str:
@@ -115,8 +116,24 @@ def _ros_run_lines(run: Path, actor: dict) -> tuple[list[str], dict]:
                    "reward_classifier": actor.get("reward_classifier")}
 
 
-def write_report(run_dir: str | Path) -> Path:
+def record_job_wall(run: Path, seconds: float) -> None:
+    """The whole job's wall time (a script around the training, e.g. the main job) into summary.json."""
+    path = run / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["job_wall_s"] = round(float(seconds), 1)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(path)
+
+
+def write_report(run_dir: str | Path, job_wall_s: float | None = None) -> Path:
+    """``<run>/report.md``; ``job_wall_s``: the wall time of the job that made the run, recorded in
+    summary.json as ``job_wall_s`` first."""
     run = Path(run_dir)
+    if job_wall_s is not None:
+        if not (run / "summary.json").is_file():
+            raise ReportError(f"{run} has no summary.json to record the job's wall time in")
+        record_job_wall(run, job_wall_s)
     if not (run / "summary.json").is_file() and (run / "actor_summary.json").is_file():
         lines, info = _ros_run_lines(run, json.loads((run / "actor_summary.json").read_text()))
         return _finish(run, lines, info["reward"], info["reward_classifier"], info["classifier_episodes"])
