@@ -106,8 +106,9 @@ class LearningConfig:
     learning_starts: int = setting(0, "online transitions before learning starts (0: after random_steps without "
                                       "demos, at once with them)")
     intervention_bc_steps: int = setting(0, "> 0: also this many behaviour-cloning steps of the policy's base on the "
-                                            "demo buffer per human step received (DAgger-style; off: on PickCube it "
-                                            "made the simulated human's help a hindrance)")
+                                            "demo buffer per human step received (DAgger-style; the main job uses 1: "
+                                            "on pixels with the classifier's reward it reached 90 % sooner, see "
+                                            "docs/CALIBRATION.md)")
     replay_capacity: int = setting(200_000, "online replay buffer size (transitions)")
     demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)")
     weights_every: int = setting(50, "updates between weight broadcasts to the actors")

@@ -131,7 +131,7 @@ else
   stage "train round 1: $TASK from ${OBS} for $ROUND1 env steps with the classifier's reward (SAC/RLPD)$HUMAN_TEXT" \
       "$(minutes $(( ROUND1 * per_step_ms / 1000 )))"
   quiet_guard $R train --task "$TASK" "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
-      --simulated-human "$HUMAN" --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
+      --simulated-human "$HUMAN" --intervention-bc-steps 1 --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
   stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
       "about 1 min (3 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300

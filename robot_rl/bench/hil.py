@@ -144,7 +144,7 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
             kw = dict(common, seed=seed)
             if reward == "classifier":
                 kw["reward_classifier"] = data["reward_classifier"]
-            runs[f"pickcube_{reward}_seed{seed}_with_human"] = dict(kw, human_eagerness=EAGERNESS)
+            runs[f"pickcube_{reward}_seed{seed}_with_human"] = dict(kw, human_eagerness=EAGERNESS, intervention_bc_steps=1)
             runs[f"pickcube_{reward}_seed{seed}_without_human"] = kw
     return runs
 
@@ -221,7 +221,8 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         "encoder, the classifier and the seed",
         f"simulated human: eagerness {EAGERNESS} (takes over after {round(6 / EAGERNESS)} steps without progress or "
         "when progress falls, for 15 steps, at most 3 times an episode); its transitions are flagged and go to both "
-        "buffers (RLPD's 50/50 batches then draw on them)",
+        "buffers (RLPD's 50/50 batches then draw on them), and each human step owes one behaviour-cloning step of "
+        "the base policy on the demo buffer (intervention_bc_steps 1, as the main job)",
         f"evaluation every {p['eval_every']} env steps over {p['eval_episodes']} episodes of the policy alone "
         f"(deterministic, no human), so success there is success without interventions; a run stops at the first "
         f"evaluation at >= 90% or after {p['env_steps']} env steps; steps_to_90 counts env steps (the human's "
