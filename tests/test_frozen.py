@@ -501,17 +501,21 @@ def test_a_frozen_pixel_run_evaluates_without_its_encoder_folder_and_resumes_onl
 
 # ------------------------------------------------------------------ learning from pixels on a CPU
 PIXEL_STEPS = 3000
-# measured on this 2-core machine (the run is deterministic): clone 0.80, 0.95 after 3,000 steps
+# measured on this 2-core machine (one seed gives one run): clone 0.85, 0.95 after 3,000 steps with
+# the simulated human; without it the policy is still in its early dip at 3,000 steps (a clone of
+# 100 BC steps 0.85 -> 0.50, of 50 steps 0.65 -> 0.20), see docs/CALIBRATION.md
 PIXEL_MARGIN = 0.1
 PIXEL_FLOOR = 0.85
 
 
 def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path):
-    """Issue 20's learning test: PickCube from what a real cell sees (front + wrist 64x64 + the
-    arm's state, no object pose), 20 scripted demos, a behaviour-cloning backbone pretrained on
-    them and frozen, features cached in the replay, ground-truth reward. The base is cloned
-    briefly (200 steps), so it misses now and then; 3,000 online steps must lift the policy past
-    it, over 20 evaluation episodes each. The learner runs inline so the run is deterministic."""
+    """Issue 20's learning test, with issue 30's human in the loop: PickCube from what a real cell
+    sees (front + wrist 64x64 + the arm's state, no object pose), 20 scripted demos, a
+    behaviour-cloning backbone pretrained on them and frozen, features cached in the replay,
+    ground-truth reward, and the simulated human as the main job runs it (eagerness 0.5, its
+    corrections also cloned into the base). The base is cloned briefly (200 steps); 3,000 online
+    steps must lift the policy alone past it, over 20 evaluation episodes each. The learner
+    runs inline (one seed gives one run either way)."""
     from robot_rl.agents.pretrain import pretrain_encoder
     from robot_rl.commands.record import record_rollouts
     from robot_rl.commands.train import TrainConfig, train
@@ -526,9 +530,10 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
                                 frozen_encoder=str(tmp_path / "encoder"), env_steps=PIXEL_STEPS,
                                 eval_every=PIXEL_STEPS, eval_episodes=20, final_eval_episodes=20, learner="inline",
                                 pretrain_steps=200, critic_warmup_steps=500, run_dir=str(tmp_path / "run"),
-                                progress=False), log=lambda m: None)
+                                human_eagerness=0.5, intervention_bc_steps=1, progress=False), log=lambda m: None)
     cloned = summary["evals"][0]["success_rate"]  # the cloned base alone, before any online step
     assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 20
     assert summary["updates"] >= 2 * PIXEL_STEPS and summary["demos"] == 20
+    assert summary["interventions"] > 0  # the human corrected the learning policy; the evaluations ran it alone
     assert summary["final_success_rate"] >= cloned + PIXEL_MARGIN, summary["evals"]
     assert summary["final_success_rate"] >= PIXEL_FLOOR, summary["evals"]
