@@ -508,6 +508,7 @@ PIXEL_MARGIN = 0.1
 PIXEL_FLOOR = 0.85
 
 
+@pytest.mark.timeout(1800)  # a bound against a hang: 3,000 pixel steps with the human take 7-12 min on a loaded 2-core machine
 def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path):
     """Issue 20's learning test, with issue 30's human in the loop: PickCube from what a real cell
     sees (front + wrist 64x64 + the arm's state, no object pose), 20 scripted demos, a
