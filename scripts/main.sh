@@ -14,7 +14,9 @@
 #   4. train TASK from pixels (SAC/RLPD, features of the frozen backbone cached in the replay,
 #      learner in its own process) with the classifier's reward, never the sim's ground truth, and
 #      a simulated human (the scripted expert, eagerness HUMAN) who takes over when the policy
-#      stalls or heads for failure: round 1 for 3/4 of the steps, then the classifier is measured
+#      stalls or heads for failure; the takeovers are flagged, go to the online and demo buffers,
+#      and each human step owes one behaviour-cloning step of the base (--intervention-bc-steps 1,
+#      docs/CALIBRATION.md); evaluations always run the policy alone: round 1 for 3/4 of the steps, then the classifier is measured
 #      on the policy's own rollouts and, above its target false-positive rate, retrained with
 #      those hard negatives; round 2 goes on to the end with the classifier of that moment;
 #   5. grade it by ground truth (50 episodes, the run's one final figure, in summary.json and
