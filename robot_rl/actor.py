@@ -76,9 +76,8 @@ class LearnerClient:
         self._swap_due()
 
     def _swap_due(self) -> None:
-        newest = None
-        while self._waiting and (self.weights_version == 0 and newest is None
-                                 or self._waiting[0].meta.get("online_updates", 0) <= self.due_updates):
+        newest = self._waiting.popleft() if self.weights_version == 0 and self._waiting else None  # the first goes in
+        while self._waiting and self._waiting[0].meta.get("online_updates", 0) <= self.due_updates:
             newest = self._waiting.popleft()
         if newest is not None:
             self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in newest.arrays.items()})
