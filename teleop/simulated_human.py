@@ -9,9 +9,14 @@ what a person judges by eye). It steps in when
 - the policy heads for failure: progress fell more than ``drop`` below the episode's best
   (the cube dropped or knocked away, the peg pulled out),
 
-and then drives for ``takeover_steps`` steps (the expert resumes from the scene as it is,
-with a little noise of its own), at most ``max_takeovers`` times per episode. ``eagerness``
-in (0, 1] sets how soon: patience = ``base_patience / eagerness`` steps and drop =
+and then drives (the expert resumes from the scene as it is, with a little noise of its own).
+The episode's first takeover is a correction: it hands back once the scene is back on track,
+as an operator lets go of the SpaceMouse once the robot is where it should be (the progress
+has passed the best the policy had reached before the takeover, by ``min_gain``), after at
+least ``min_takeover_steps`` and at most ``takeover_steps`` steps. A policy that needs the
+human again in the same episode has shown it cannot do this part yet: later takeovers drive
+the whole ``takeover_steps``. At most ``max_takeovers`` per episode. ``eagerness`` in
+(0, 1] sets how soon: patience = ``base_patience / eagerness`` steps and drop =
 ``0.1 + 0.3 * (1 - eagerness)``. After a takeover it watches afresh (the progress so far is
 the new baseline).
 """
@@ -26,7 +31,8 @@ import numpy as np
 @dataclass
 class SimulatedHumanConfig:
     eagerness: float = 0.5
-    takeover_steps: int = 15
+    takeover_steps: int = 15  # the longest takeover
+    min_takeover_steps: int = 3  # the shortest: a correction, not a nudge
     max_takeovers: int = 3
     base_patience: int = 6
     min_gain: float = 0.02
@@ -37,6 +43,9 @@ class SimulatedHumanConfig:
             raise ValueError(f"eagerness must lie in (0, 1], got {self.eagerness}")
         if self.takeover_steps < 1 or self.max_takeovers < 0 or self.base_patience < 1:
             raise ValueError("takeover_steps and base_patience must be >= 1, max_takeovers >= 0")
+        if not 1 <= self.min_takeover_steps <= self.takeover_steps:
+            raise ValueError(f"min_takeover_steps must lie in [1, takeover_steps={self.takeover_steps}], "
+                             f"got {self.min_takeover_steps}")
 
     @property
     def patience(self) -> int:
@@ -63,7 +72,9 @@ class SimulatedHuman:
     def reset(self) -> None:
         self.best = -1.0
         self.since_gain = 0
-        self.left = 0  # steps left in the current takeover
+        self.left = 0  # steps left in the current takeover, at most
+        self.driven = 0  # steps driven in the current takeover
+        self.back_on_track = 0.0  # the progress at which the current takeover hands back
         self.takeovers = 0
         self.reason = ""
 
@@ -90,10 +101,21 @@ class SimulatedHuman:
             if not reason or self.takeovers >= self.config.max_takeovers:
                 return None
             self.takeovers += 1
-            self.left, self.reason = self.config.takeover_steps, reason
+            self.left, self.driven, self.reason = self.config.takeover_steps, 0, reason
+            # a correction hands back on track; a second takeover in the episode drives it through
+            self.back_on_track = self.best + self.config.min_gain if self.takeovers == 1 else float("inf")
             self.expert.resume(obs)
+        elif self.driven >= self.config.min_takeover_steps and progress >= self.back_on_track:
+            self._hand_back(progress)  # the scene is back where the policy had it: its turn again
+            return None
         action = self.expert(obs)
         self.left -= 1
-        if not self.left:  # hand back; judge the policy from here
-            self.best, self.since_gain = progress, 0
+        self.driven += 1
+        if not self.left:  # the longest takeover is over: hand back
+            self._hand_back(progress)
         return action
+
+    def _hand_back(self, progress: float) -> None:
+        """Judge the policy afresh from here."""
+        self.left = 0
+        self.best, self.since_gain = progress, 0

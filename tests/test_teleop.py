@@ -186,6 +186,10 @@ def test_simulated_human_takes_over_a_stalled_policy_for_bounded_stretches():
         assert not any(flags[:12])  # patience 6 / 0.5 = 12 steps of no progress before stepping in
         stretches = runs_of(flags)
         assert stretches and all(n <= 15 for n in stretches) and takeovers <= 3 and len(stretches) == takeovers
+        # the first takeover is a correction: it hands back once the scene passes where the policy
+        # had it (at least 3 steps); a policy that stalls again gets the whole 15 steps
+        assert 3 <= stretches[0] < 15
+        assert all(n == 15 for n in stretches[1:-1]) and (len(stretches) == 1 or stretches[-1] == 15 or success)
     eager = run_with_human("PickCube", 1.0, 3, max_takeovers=1)
     for _, flags, takeovers in eager:
         assert flags.index(True) == 6 and takeovers == 1  # eager: 6 steps; one takeover allowed
@@ -212,6 +216,9 @@ def test_simulated_human_leaves_a_working_policy_alone_and_rejects_bad_eagerness
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="eagerness"):
             SimulatedHuman("PickCube", SimulatedHumanConfig(eagerness=bad))
+    for bad in (0, 16):
+        with pytest.raises(ValueError, match="min_takeover_steps"):
+            SimulatedHuman("PickCube", SimulatedHumanConfig(min_takeover_steps=bad))
 
 
 def test_operator_outcome_overrides_the_reward_and_ends_the_episode():

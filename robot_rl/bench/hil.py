@@ -137,7 +137,8 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
     common = dict(task="PickCube", obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
                   env_steps=p["env_steps"], eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                   final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
-                  critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"])
+                  critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"],
+                  agent={"grasp_epsilon": 0.0, "target_entropy": -6.0})  # the main job's exploration
     runs = {}
     for seed in range(p["seeds"]):
         for reward in REWARDS:
@@ -220,7 +221,8 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         f"seeds 0-{p['seeds'] - 1}; per reward and seed the runs with and without the human share the demos, the "
         "encoder, the classifier and the seed",
         f"simulated human: eagerness {EAGERNESS} (takes over after {round(6 / EAGERNESS)} steps without progress or "
-        "when progress falls, for 15 steps, at most 3 times an episode); its transitions are flagged and go to both "
+        "when progress falls; the episode's first takeover hands back once the scene passes where the policy had it, "
+        "later ones drive 15 steps; at most 3 an episode); its transitions are flagged and go to both "
         "buffers (RLPD's 50/50 batches then draw on them), and each human step owes one behaviour-cloning step of "
         "the base policy on the demo buffer (intervention_bc_steps 1, as the main job)",
         f"evaluation every {p['eval_every']} env steps over {p['eval_episodes']} episodes of the policy alone "
