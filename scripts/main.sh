@@ -47,13 +47,13 @@ bad() {  # bad MESSAGE: one line on stderr, exit status 2
   exit 2
 }
 SIM_TASKS="PickCube PegInsert"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
-case "$TASK" in  # the cameras of the classifier's takes, per task
-  PickCube) CLASSIFIER_CAMERAS="front wrist side" ;;
+case "$TASK" in  # the cameras of the classifier's takes, and of the policy's rollouts it is checked on
+  PickCube) CLASSIFIER_CAMERAS="front wrist side" ROLLOUT_CAMERAS="front wrist side" ;;
   # the peg is held rigidly in the hand, so the wrist camera sees its insertion directly: the hole's
   # rim grows as the peg goes down and sits centred when it is aligned; from the front and side
   # cameras, a metre away, the peg is a few pixels at 64x64 (held-out false positives: wrist 0.38 %,
   # front + wrist + side 0.63 %, recall 1.0 both; docs/CALIBRATION.md)
-  PegInsert) CLASSIFIER_CAMERAS="wrist" ;;
+  PegInsert) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;
   *) bad "TASK=$TASK is not a sim task; the sim tasks: $SIM_TASKS" ;;
 esac
 for name in STEPS CLASSIFIER_STEPS ENCODER_STEPS; do
@@ -87,6 +87,8 @@ mkdir -p "$RUN"
 echo "run folder: $RUN"
 CLASSIFIER="$RUN/classifier"  # the reward's classifier; round 2 may retrain it
 CAMS="--images --image-size 64 --cameras $CLASSIFIER_CAMERAS"
+# the policy's rollouts render what the policy reads (front, wrist) and what the classifier reads
+ROLLOUT_CAMS="--images --image-size 64 --cameras $ROLLOUT_CAMERAS"
 
 stage "record 20 demonstrations and the classifier's 40 takes (scripted expert, cameras at 64x64)" "about 1 min"
 # seed 10000 and noise 0.1 are the takes `--demos 20` would collect in memory (same expert, same seeds)
@@ -125,7 +127,7 @@ result_to() {  # result_to FILE CMD...: CMD's output shown as it comes, its last
   rm -f "$file.out"
 }
 rollouts() {  # the policy's own rollouts, scored by a classifier: $1 = store, $2 = classifier, $3 = result file, $4 = seed
-  quiet_guard $R record --task "$TASK" --policy "$RUN" --episodes 20 --seed "$4" $CAMS --continue-after-success 100 --out "$1"
+  quiet_guard $R record --task "$TASK" --policy "$RUN" --episodes 20 --seed "$4" $ROLLOUT_CAMS --continue-after-success 100 --out "$1"
   result_to "$3" $R classifier eval --classifier "$2" --data "$1"
 }
 if [ "$STACK" = ros ]; then
