@@ -514,7 +514,7 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     sees (front + wrist 64x64 + the arm's state, no object pose), 20 scripted demos, a
     behaviour-cloning backbone pretrained on them and frozen, features cached in the replay,
     ground-truth reward, and the simulated human as the main job runs it (eagerness 0.5, its
-    corrections also cloned into the base). The base is cloned briefly (200 steps); 3,000 online
+    corrections also cloned into the base, the grasp head greedy, target entropy -|A|). The base is cloned briefly (200 steps); 3,000 online
     steps must lift the policy alone past it, over 20 evaluation episodes each. The learner
     runs inline (one seed gives one run either way)."""
     from robot_rl.agents.pretrain import pretrain_encoder
@@ -531,7 +531,9 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
                                 frozen_encoder=str(tmp_path / "encoder"), env_steps=PIXEL_STEPS,
                                 eval_every=PIXEL_STEPS, eval_episodes=20, final_eval_episodes=20, learner="inline",
                                 pretrain_steps=200, critic_warmup_steps=500, run_dir=str(tmp_path / "run"),
-                                human_eagerness=0.5, intervention_bc_steps=1, progress=False), log=lambda m: None)
+                                human_eagerness=0.5, intervention_bc_steps=1, progress=False,
+                                agent={"grasp_epsilon": 0.0, "target_entropy": -6.0}),  # the main job's exploration
+                    log=lambda m: None)
     cloned = summary["evals"][0]["success_rate"]  # the cloned base alone, before any online step
     assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 20
     assert summary["updates"] >= 2 * PIXEL_STEPS and summary["demos"] == 20
