@@ -82,6 +82,16 @@ def test_the_main_jobs_task_list_is_the_packages():
     assert sorted(listed) == sorted(cases) == sorted(TASKS)
 
 
+def test_the_main_jobs_exploration_is_the_packages():
+    """main.sh passes HUMAN_IN_THE_LOOP_EXPLORATION as --agent flags: the two must stay equal."""
+    from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
+
+    script = (ROOT / "scripts" / "main.sh").read_text()
+    flags = re.search(r"^RECIPE=\((.*)\)$", script, re.M).group(1)
+    given = dict(pair.split("=") for pair in re.findall(r"--agent (\S+)", flags))
+    assert {key: float(value) for key, value in given.items()} == HUMAN_IN_THE_LOOP_EXPLORATION
+
+
 @pytest.mark.parametrize("command", ["train", "session"])
 def test_a_simulated_human_out_of_range_is_one_line_before_any_work(tmp_path, capsys, command):
     run = tmp_path / "run"

@@ -518,6 +518,7 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     steps must lift the policy alone past it, over 20 evaluation episodes each. The learner
     runs inline (one seed gives one run either way)."""
     from robot_rl.agents.pretrain import pretrain_encoder
+    from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
     from robot_rl.commands.record import record_rollouts
     from robot_rl.commands.train import TrainConfig, train
 
@@ -532,7 +533,7 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
                                 eval_every=PIXEL_STEPS, eval_episodes=20, final_eval_episodes=20, learner="inline",
                                 pretrain_steps=200, critic_warmup_steps=500, run_dir=str(tmp_path / "run"),
                                 human_eagerness=0.5, intervention_bc_steps=1, progress=False,
-                                agent={"grasp_epsilon": 0.0, "target_entropy": -6.0}),  # the main job's exploration
+                                agent=dict(HUMAN_IN_THE_LOOP_EXPLORATION)),  # the main job's exploration
                     log=lambda m: None)
     cloned = summary["evals"][0]["success_rate"]  # the cloned base alone, before any online step
     assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 20

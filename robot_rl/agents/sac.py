@@ -79,6 +79,14 @@ def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, fused=True) if device.type == "cuda" else torch.optim.Adam(params, lr=lr)
 
 
+# The exploration of a run with a human in the loop, as HIL-SERL's actor explores (the main job,
+# `bench hil` and the CI pixel test; scripts/main.sh passes the same as --agent flags): the grasp
+# head greedy on its critic (demonstrations and takeovers explore the gripper; a random open
+# drops a lifted object) and the motion's target entropy -|A| for the twin's 6 motion dimensions
+# (SAC's own heuristic). Both halved the human's late share of the steps (docs/CALIBRATION.md).
+HUMAN_IN_THE_LOOP_EXPLORATION = {"grasp_epsilon": 0.0, "target_entropy": -6.0}
+
+
 @dataclass
 class SACConfig:
     # observation
