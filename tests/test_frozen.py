@@ -372,10 +372,20 @@ def test_the_actor_refuses_weights_of_a_learner_with_another_encoder(encoders):
 
 
 # ------------------------------------------------------------------ robot-rl encoder pretrain
-def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, store, capsys):
+def test_encoder_pretrain_trains_behaviour_cloning_alone_by_default(tmp_path, store, capsys):
+    # the probe's ranking did not predict the policy's success (docs/CALIBRATION.md): one default
     out = tmp_path / "enc"
     assert main(["encoder", "pretrain", "--data", str(store), "--out", str(out), "--steps", "5",
                  "--probe-steps", "5"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report["candidates"]) == {"bc"} and report["chosen"] == "bc"
+    assert FrozenEncoder.load(out).meta["objective"] == "bc"
+
+
+def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, store, capsys):
+    out = tmp_path / "enc"
+    assert main(["encoder", "pretrain", "--data", str(store), "--out", str(out), "--steps", "5",
+                 "--probe-steps", "5", "--objective", "bc", "autoencoder"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text())
     assert printed == report

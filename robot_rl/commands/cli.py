@@ -502,8 +502,9 @@ def add_encoder(sub) -> None:
                      help="an episode store recorded with images (repeatable); successful episodes are the measure")
     pre.add_argument("--out", required=True, metavar="DIR", help="the encoder folder (train --frozen-encoder DIR)")
     pre.add_argument("--cameras", nargs="+", default=["front", "wrist"], metavar="NAME")
-    pre.add_argument("--objective", nargs="+", default=["bc", "autoencoder"], metavar="NAME",
-                     help="candidates to train: bc, autoencoder (default both)")
+    pre.add_argument("--objective", nargs="+", default=["bc"], metavar="NAME",
+                     help="candidates to train: bc, autoencoder (default bc: the probe's ranking did not predict "
+                          "the policy's success, bc was among the best; docs/CALIBRATION.md)")
     pre.add_argument("--classifier", metavar="DIR", help="also a candidate: this success classifier's conv trunks")
     pre.add_argument("--pretrained", metavar="FILE", help="also a candidate: your ResNet-18 weights (torchvision "
                                                           "names, a local file; nothing is downloaded)")
