@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from robot_rl.data.store import EpisodeStore
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
@@ -239,7 +240,26 @@ def test_hard_negatives_keep_false_positive_episodes_cut_after_the_last_one_and_
     assert settings["steps"] == 150 and settings["target_fpr"] == 0.0
     report = retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf2", log=lambda m: None)
     assert report["train_frames"] + report["val_frames"] == 72 + 3
-    assert training_settings(tmp_path / "clf2")["data"][-1] == str((tmp_path / "hard.zarr").resolve())
+    retrained = training_settings(tmp_path / "clf2")
+    assert retrained["data"][-1] == str((tmp_path / "hard.zarr").resolve())
+    # a new classifier, as many steps as the first, unless told to fine-tune this one
+    assert retrained["init_from"] is None and retrained["steps"] == 150
+    retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf3", fine_tune=True, log=lambda m: None)
+    assert training_settings(tmp_path / "clf3")["init_from"] == str(clf.resolve())
+    assert training_settings(tmp_path / "clf3")["steps"] == 150 // 4
+    retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf4", steps=7, fine_tune=True, log=lambda m: None)
+    assert training_settings(tmp_path / "clf4")["steps"] == 7
+    # fine-tuning starts from the classifier's weights: with a learning rate of 0 they stay its own
+    retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf0", steps=1, fine_tune=True, lr=0.0, log=lambda m: None)
+    torch.testing.assert_close(load_classifier(tmp_path / "clf0")[0].state_dict(), load_classifier(clf)[0].state_dict())
+    with pytest.raises(ClassifierError, match="at least 1 step"):
+        retrain_with(clf, tmp_path / "hard.zarr", tmp_path / "clf5", steps=0, log=lambda m: None)
+    # a starting point that reads other frames is refused by name before any training
+    other = tmp_path / "other"
+    train_classifier([_store(tmp_path / "s48.zarr", [True, False] * 3, size=48)], other, steps=2, batch_size=4,
+                     log=lambda m: None)
+    with pytest.raises(ClassifierError, match="other.*cannot be the starting point"):
+        train_classifier([data], tmp_path / "clf6", steps=2, batch_size=4, init_from=other, log=lambda m: None)
     with pytest.raises(ClassifierError, match="at least one rollout store"):
         mine_hard_negatives(clf, [], tmp_path / "none.zarr")
     with pytest.raises(ClassifierError, match="the classifier reads"):
@@ -258,5 +278,8 @@ def test_classifier_eval_and_hard_negatives_cli(tmp_path, capsys):
                  "--out", str(tmp_path / "h.zarr"), "--retrain", str(tmp_path / "c2")]) == 0
     out = capsys.readouterr().out
     assert '"kept_episodes": 0' in out and "nothing to retrain" in out
+    assert main(["classifier", "hard-negatives", "--classifier", str(clf), "--rollouts", str(data),
+                 "--out", str(tmp_path / "h2.zarr"), "--retrain", str(tmp_path / "c3"), "--retrain-steps", "0"]) == 2
+    assert "--retrain-steps must be >= 1" in capsys.readouterr().err and not (tmp_path / "h2.zarr").exists()
     assert main(["classifier", "eval", "--classifier", str(tmp_path / "missing"), "--data", str(data)]) == 2
     assert "no classifier" in capsys.readouterr().err

@@ -182,13 +182,16 @@ def _cmd_classifier(args) -> int:
     if args.classifier_command == "hard-negatives":
         from robot_rl.reward.hard_negatives import mine_hard_negatives, retrain_with
 
+        if args.retrain_steps is not None and args.retrain_steps < 1:
+            raise ValueError(f"--retrain-steps must be >= 1, got {args.retrain_steps}")
         summary = mine_hard_negatives(args.classifier, args.rollouts, args.out, device=args.device)
         print(json.dumps(summary))
         if args.retrain:
             if not summary["kept_episodes"]:
                 print("no false positives in the rollouts: nothing to retrain with")
                 return 0
-            print(json.dumps(retrain_with(args.classifier, args.out, args.retrain, device=args.device)["validation"]))
+            print(json.dumps(retrain_with(args.classifier, args.out, args.retrain, steps=args.retrain_steps,
+                                          fine_tune=args.fine_tune, device=args.device)["validation"]))
         return 0
 
     if args.pretrained and not Path(args.pretrained).is_file():
@@ -417,6 +420,12 @@ def add_classifier(sub) -> None:
                         help="episode store of rollouts, e.g. robot-rl record --policy RUN (repeatable)")
     c_hard.add_argument("--out", required=True, help="new store for the mined episodes")
     c_hard.add_argument("--retrain", metavar="DIR", help="retrain on the classifier's data + the mined episodes into DIR")
+    c_hard.add_argument("--retrain-steps", type=int, metavar="N",
+                        help="training steps of the retraining (default: the classifier's own, or a quarter of them "
+                             "with --fine-tune)")
+    c_hard.add_argument("--fine-tune", action="store_true",
+                        help="start from the classifier's weights instead of a new classifier (faster; more false "
+                             "positives on the policy's frames in our measurement, docs/CALIBRATION.md)")
     add_device(c_hard, "the torch device the frames are scored on (and --retrain trains on)")
     c_hard.set_defaults(func=_cmd_classifier)
 

@@ -94,9 +94,10 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
                      steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
                      min_threshold: float = 0.5, consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
                      pretrained_path: str | None = None, freeze_backbone: bool = False, log=print,
-                     device: str = "auto") -> dict:
+                     device: str = "auto", init_from: str | Path | None = None) -> dict:
     """Train on ``device`` (auto, cpu, cuda, cuda:N, mps), calibrate on held-out episodes, save
-    model + threshold + report to ``out``."""
+    model + threshold + report to ``out``. ``init_from``: a saved classifier whose weights the
+    training starts from (fine-tuning; its cameras, image size and encoder must be these)."""
     if not 0 <= min_threshold < 1:
         raise ValueError(f"min_threshold must be in [0, 1), got {min_threshold}")
     device = resolve_device(device)
@@ -108,7 +109,15 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
         raise ClassifierError("the held-out episodes need both success and failure frames: record more episodes")
     config = ClassifierConfig(cameras=frames["cameras"], image_size=frames["image_size"], encoder=encoder,
                               pretrained_path=pretrained_path, freeze_backbone=freeze_backbone)
-    model = SuccessClassifier(config).to(device)
+    model = SuccessClassifier(config)
+    if init_from is not None:
+        start, _ = load_classifier(init_from)
+        if json.dumps(asdict(start.config)) != json.dumps(asdict(config)):  # tuples and lists alike
+            raise ClassifierError(f"{init_from} reads {start.config.cameras} at {start.config.image_size} with the "
+                                  f"{start.config.encoder} encoder; these stores give {config.cameras} at "
+                                  f"{config.image_size} with {config.encoder}: it cannot be the starting point")
+        model.load_state_dict(start.state_dict())
+    model = model.to(device)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = np.random.default_rng(seed)
     pos = np.flatnonzero(train_mask & labels)
@@ -151,7 +160,8 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     settings = {"data": [str(Path(p).resolve()) for p in paths], "cameras": list(config.cameras), "steps": steps,
                 "batch_size": batch_size, "lr": lr, "target_fpr": target_fpr, "min_threshold": min_threshold,
                 "consecutive": consecutive, "val_fraction": val_fraction, "seed": seed, "encoder": encoder, "pretrained_path": pretrained_path,
-                "freeze_backbone": freeze_backbone}
+                "freeze_backbone": freeze_backbone,
+                "init_from": str(Path(init_from).resolve()) if init_from is not None else None}
     save_classifier(out, model, calibration, {"training": settings})
     report = {"validation": at_threshold, "validation_at_0.5": at_half, "threshold_for_target_fpr": for_target,
               "train_frames": int(train_mask.sum()), "val_frames": int(val_mask.sum()), "config": asdict(config),
