@@ -23,6 +23,11 @@ middleware in front of the app), in this order:
 4. Bodies: at most ``MAX_BODY_BYTES``; a larger ``Content-Length``, or a streamed body that
    grows past it, gets 413 and is not read further.
 
+A WebSocket upgrade passes the same Host, Origin (when there is one, and browsers always send it
+on an upgrade) and token checks (400, 403, 401), though the app has no WebSocket route; any
+other kind of connection is refused. Connections: an idle one is closed after ``KEEP_ALIVE_S`` seconds, and
+beyond ``MAX_CONNECTIONS`` at once uvicorn answers 503.
+
 The backend (``ConsoleBackend``) is whatever holds the live state: the teleop node over ROS 2,
 or an in-process session.
 """
@@ -48,6 +53,8 @@ CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"
 MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 16 * 1024  # the largest request the page sends (held keys) is a few hundred bytes
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+KEEP_ALIVE_S = 5  # an idle connection is closed after this (the page polls every few hundred ms)
+MAX_CONNECTIONS = 64  # open connections and tasks at once; beyond it uvicorn answers 503
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
@@ -121,11 +128,13 @@ class ConsoleGuard:
         self.names = names
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":  # the server's own start and stop: no request in it
             return await self.app(scope, receive, send)
-        headers: dict[str, list[str]] = {}
-        for key, value in scope["headers"]:
-            headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+        if scope["type"] == "websocket":
+            return await self._guard_websocket(scope, receive, send)
+        if scope["type"] != "http":
+            raise ValueError(f"the console serves HTTP only, not {scope['type']!r} connections")
+        headers = _headers(scope)
         host = self._host(scope, headers)
         if host is None:
             return await _respond(send, 400, "this console answers only to its own address (Host header)")
@@ -161,6 +170,20 @@ class ConsoleGuard:
             await send(message)
 
         await self.app(scope, replay, send_with_headers)
+
+    async def _guard_websocket(self, scope, receive, send):
+        """The same Host, Origin and token checks before a WebSocket upgrade reaches the app. A
+        browser always sends ``Origin`` on an upgrade, so a foreign one is refused, as on POST."""
+        headers = _headers(scope)
+        host = self._host(scope, headers)
+        if host is None:
+            return await _deny_websocket(scope, receive, send, 400, "this console answers only to its own address "
+                                                                   "(Host header)")
+        if not self._same_origin(headers, host):
+            return await _deny_websocket(scope, receive, send, 403, "cross-origin connection refused")
+        if not self._token_given(scope, headers):
+            return await _deny_websocket(scope, receive, send, 401, "this console needs its token")
+        return await self.app(scope, receive, send)
 
     def _host(self, scope, headers) -> str | None:
         """The request's Host when it names this console, else None."""
@@ -212,6 +235,27 @@ class ConsoleGuard:
             chunks.append(chunk)
             more = message.get("more_body", False)
         return b"".join(chunks)
+
+
+def _headers(scope) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for key, value in scope["headers"]:
+        headers.setdefault(key.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return headers
+
+
+async def _deny_websocket(scope, receive, send, status: int, detail: str) -> None:
+    """Refuse an upgrade with the guard's own HTTP status where the server can send one (the ASGI
+    denial-response extension), else close it (the server answers 403)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = json.dumps({"detail": detail}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   *SECURITY_HEADERS]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008})
 
 
 async def _respond(send, status: int, detail: str, close: bool = False) -> None:
@@ -271,15 +315,18 @@ def create_app(backend: ConsoleBackend, token: str, host: str = "127.0.0.1", max
 
 class ConsoleServer:
     """uvicorn in a background thread; ``url`` (with the token) once started (port 0 picks a
-    free one). ``token=None``: a new random one on loopback; elsewhere it must be given."""
+    free one). ``token=None``: a new random one on loopback; elsewhere it must be given. An idle
+    connection is closed after ``keep_alive_s``."""
 
-    def __init__(self, backend: ConsoleBackend, host: str = "127.0.0.1", port: int = 8080, token: str | None = None):
+    def __init__(self, backend: ConsoleBackend, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
+                 keep_alive_s: float = KEEP_ALIVE_S):
         token = token or console_token(host, environ={})
         import uvicorn
 
         self.host, self.token = host, token
         config = uvicorn.Config(create_app(backend, token, host), host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off", server_header=False)
+                                access_log=False, lifespan="off", server_header=False,
+                                timeout_keep_alive=keep_alive_s, limit_concurrency=MAX_CONNECTIONS)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="console")
 

@@ -17,6 +17,7 @@ import pytest
 
 from robot_rl.teleop.console import (CONSOLE_TOKEN_ENV, MAX_BODY_BYTES, ConsoleError, ConsoleGuard, ConsoleServer,
                                      console_token)
+from robot_rl.teleop import console as console_module
 from tests.helpers.console import RecordingBackend
 
 TOKEN = "the-operators-own-token"
@@ -156,6 +157,83 @@ def test_the_guard_stops_reading_a_streamed_body_at_the_cap():
     sent.clear()
     asyncio.run(guard({**scope, "headers": scope["headers"][:2] + [(b"content-length", b"12x")]}, receive, send))
     assert sent[0]["status"] == 400 and app_calls == []
+
+
+def _websocket_scope(host=b"127.0.0.1:8080", origin=None, token=TOKEN, extensions=True):
+    headers = [(b"host", host), (b"upgrade", b"websocket"), (b"connection", b"Upgrade")]
+    headers += [(b"origin", origin)] if origin else []
+    query = f"token={token}".encode() if token else b""
+    return {"type": "websocket", "path": "/ws", "query_string": query, "server": ("127.0.0.1", 8080),
+            "headers": headers, "extensions": {"websocket.http.response": {}} if extensions else {}}
+
+
+def test_the_guard_checks_websocket_upgrades_and_refuses_other_kinds_of_connection():
+    """ASGI level: an upgrade gets the guard's Host, Origin and token checks before the app sees it."""
+    sent, app_calls = [], []
+
+    async def receive():
+        return {"type": "websocket.connect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive, send):
+        app_calls.append(scope["type"])
+
+    guard = ConsoleGuard(app, TOKEN, "127.0.0.1")
+    for scope, status in ((_websocket_scope(host=b"evil.example:8080"), 400),
+                          (_websocket_scope(origin=b"http://evil.example"), 403),
+                          (_websocket_scope(token=None), 401)):
+        sent.clear()
+        asyncio.run(guard(scope, receive, send))
+        assert sent[0]["type"] == "websocket.http.response.start" and sent[0]["status"] == status
+        assert app_calls == []
+    sent.clear()  # a server without the denial-response extension: the upgrade is closed unaccepted
+    asyncio.run(guard(_websocket_scope(host=b"evil.example:8080", extensions=False), receive, send))
+    assert sent == [{"type": "websocket.close", "code": 1008}] and app_calls == []
+    asyncio.run(guard(_websocket_scope(origin=b"http://127.0.0.1:8080"), receive, send))
+    assert app_calls == ["websocket"]  # its own page, its token: through to the app
+    with pytest.raises(ValueError, match="HTTP only"):
+        asyncio.run(guard({"type": "telepathy"}, receive, send))
+
+
+def _raw_request(port: int, text: str) -> tuple[socket.socket, bytes]:
+    """``text`` sent on a new loopback connection; the connection and the response's head."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(text.encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head
+
+
+def test_a_websocket_upgrade_with_a_foreign_host_gets_the_guards_400(console):
+    server, backend, client = console
+    sock, head = _raw_request(server.port, f"GET /ws?token={TOKEN} HTTP/1.1\r\nHost: evil.example:{server.port}\r\n"
+                                           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                                           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                           "Sec-WebSocket-Version: 13\r\n\r\n")
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 400"), head[:200]
+
+
+def test_an_idle_connection_is_closed_after_the_keep_alive():
+    server = ConsoleServer(RecordingBackend(), "127.0.0.1", 0, TOKEN, keep_alive_s=0.5)
+    server.start()
+    try:
+        sock, head = _raw_request(server.port, f"GET /api/state?token={TOKEN} HTTP/1.1\r\n"
+                                               f"Host: 127.0.0.1:{server.port}\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        rest = b""
+        while chunk := sock.recv(65536):  # the body, then the server's close: recv returns b"" (30 s cap)
+            rest += chunk
+        sock.close()
+    finally:
+        server.stop()
+    assert console_module.KEEP_ALIVE_S <= 10 and console_module.MAX_CONNECTIONS >= 16
 
 
 def test_the_page_with_its_token_sets_a_strict_cookie_and_its_own_requests_work(console):

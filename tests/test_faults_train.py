@@ -373,6 +373,35 @@ def test_a_truncated_replay_file_is_one_line_naming_it(run, capsys):
     assert str(online) in one_line(str(err.value))
 
 
+# ---------------------------------------------------------------- 8b. a learner killed from outside
+def test_a_learner_process_killed_by_a_signal_is_one_line_saying_how_and_where(run, monkeypatch):
+    from robot_rl.commands import train as train_module
+
+    start = train_module.LearnerLink.__init__
+
+    def start_then_kill(self, *args, **kwargs):  # as the out-of-memory killer would, right after it started
+        start(self, *args, **kwargs)
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join()
+
+    monkeypatch.setattr(train_module.LearnerLink, "__init__", start_then_kill)
+    with pytest.raises(TrainingError) as err:
+        train(None, resume=str(run), overrides={"env_steps": 60, "learner": "process"}, log=lambda m: None)
+    message = one_line(str(err.value))
+    assert "killed by SIGKILL (signal 9)" in message and "out-of-memory" in message
+    assert "no fault log" in message and f"--resume {run}" in message
+
+
+def test_the_learners_death_names_its_exit_code_or_signal_and_its_fault_log(tmp_path):
+    from robot_rl.commands.train import learner_death
+    from robot_rl.runtime.learner import LEARNER_FAULT_LOG
+
+    assert "exited with code 3" in learner_death(3, 11, tmp_path)
+    assert "killed by SIGSEGV (signal 11)" in learner_death(-signal.SIGSEGV, 11, tmp_path)
+    (tmp_path / LEARNER_FAULT_LOG).write_text("Fatal Python error: Segmentation fault\n")
+    assert f"its fault log: {tmp_path / LEARNER_FAULT_LOG}" in learner_death(-signal.SIGSEGV, 11, tmp_path)
+
+
 # ---------------------------------------------------------------- 9. bad values, failed runs
 @pytest.mark.parametrize("flags, named", [
     (["--eval-episodes", "0"], "eval_episodes"), (["--final-eval-episodes", "0"], "final_eval_episodes"),

@@ -30,7 +30,8 @@ from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, clean_leftovers, list_checkpoints,
                                          read_agent_config, read_state, resolve_checkpoint)
-from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_main, transition_arrays
+from robot_rl.runtime.learner import (LEARNER_FAULT_LOG, LearnerSetup, latest_only_kinds, learner_main,
+                                      transition_arrays)
 from robot_rl.runtime.logging import human_steps_in
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 
@@ -73,11 +74,34 @@ def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfi
     return cfg, changed
 
 
+def learner_death(exitcode: int | None, pid: int | None, run_dir: Path) -> str:
+    """One line on a learner process that ended without a message: how (signal or exit code), and
+    where what it left is (its fault log, else this command's stderr)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "an unknown signal"
+        how = f"was killed by {name} (signal {-exitcode})"
+        if -exitcode == signal.SIGKILL:
+            how += ", as the kernel's out-of-memory killer does (`dmesg` names it then) or `kill -9`"
+    else:
+        how = f"exited with code {exitcode}"
+    faults = run_dir / LEARNER_FAULT_LOG
+    if faults.is_file() and faults.stat().st_size:
+        where = f"its fault log: {faults}"
+    else:
+        where = "it left no fault log (anything it printed is above, on this command's stderr)"
+    return (f"the learner process (pid {pid}) {how} without a message; {where}; the run's checkpoints are "
+            f"in {run_dir / 'checkpoints'} (robot-rl train --resume {run_dir})")
+
+
 class LearnerLink:
     """The actor's handle on the learner: a child process, or the same object driven inline."""
 
     def __init__(self, cfg: TrainConfig, agent_cfg: SACConfig, spec: dict, run_dir: Path, resume_from: str | None):
         setup = LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from)
+        self.run_dir = Path(run_dir)
         self.inline = None
         self.process = None
         if cfg.learner == "inline":
@@ -106,7 +130,7 @@ class LearnerLink:
             timeout = 0.0
         msgs = self.endpoint.receive(timeout)
         if not msgs and self.process is not None and not self.process.is_alive() and timeout > 0:
-            raise TrainingError("the learner process died without a message; see the log above")
+            raise TrainingError(learner_death(self.process.exitcode, self.process.pid, self.run_dir))
         return msgs
 
     @property

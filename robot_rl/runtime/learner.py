@@ -31,6 +31,7 @@ object between control steps.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import math
 import signal
@@ -321,9 +322,17 @@ class LearnerSetup:
         return build_learner(self.config, self.agent, self.obs_spec, endpoint, Path(self.run_dir), self.resume_from)
 
 
+LEARNER_FAULT_LOG = "learner_faults.log"  # in the run folder: the learner process's native-crash tracebacks
+
+
 def learner_main(conn, setup_json: str) -> None:
     """Entry point of the learner process (spawned); ``setup_json``: ``LearnerSetup.to_json()``."""
     setup = LearnerSetup.from_json(setup_json)
+    # a crash in native code (SIGSEGV, SIGABRT, SIGBUS, ...) leaves its Python traceback here for the
+    # actor's one-line report (SIGKILL leaves nothing: the report says so)
+    Path(setup.run_dir).mkdir(parents=True, exist_ok=True)
+    faults = open(Path(setup.run_dir) / LEARNER_FAULT_LOG, "w")
+    faulthandler.enable(file=faults)
     # Ctrl-C reaches the whole process group: the actor handles it (a checkpoint, then stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
@@ -338,3 +347,7 @@ def learner_main(conn, setup_json: str) -> None:
         time.sleep(0.5)
     finally:
         endpoint.close()
+        faulthandler.disable()
+        faults.close()
+        if not Path(faults.name).stat().st_size:  # an ordinary end leaves no empty log behind
+            Path(faults.name).unlink()
