@@ -435,3 +435,52 @@ def test_a_store_loaded_for_inspection_cannot_be_appended_to(tmp_path):
     with pytest.raises(StoreError, match="loaded without checking its index"):
         EpisodeStore.load(path, "a").add_episode(episode(2))
     assert_intact(path, episodes=2)
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbled", "deleted"])
+def test_an_append_that_would_rewrite_a_damaged_file_is_refused_and_changes_nothing(tmp_path, damage):
+    path = make_store(tmp_path / "s.zarr")  # 72 frames: the second image shard holds frames 64-71
+    last_shard = path / SHARD.format(1)
+    if damage == "empty":
+        last_shard.write_bytes(b"")
+    elif damage == "garbled":
+        flip_byte(last_shard, 10)
+    else:
+        last_shard.unlink()
+    before = files(path)
+    with pytest.raises(StoreError) as err:
+        EpisodeStore.open(path, "a")
+    message = str(err.value)
+    assert "\n" not in message and str(last_shard) in message and "nothing was appended" in message
+    assert files(path) == before  # the damaged file is left as it is, for a backup to replace
+    assert not check_store(path)["ok"]  # what `data check` calls damaged is what an append refuses
+    # a sound store with a full last shard appends as before
+    sound = make_store(tmp_path / "full.zarr", episodes=0)
+    store = EpisodeStore.open(sound, "a")
+    store.add_episode(episode(0, frames=64))
+    EpisodeStore.open(sound, "a").add_episode(episode(1))
+    assert len(EpisodeStore.open(sound)) == 2
+
+
+def test_a_repeated_index_entry_is_repaired_to_every_intact_episode(tmp_path, capsys):
+    path = make_store(tmp_path / "s.zarr")  # ends 12, 24, ..., 72
+    index = zarr.open_group(str(path), mode="r+")["meta/episode_ends"]
+    index.resize((7,))
+    index[:] = [12, 24, 24, 36, 48, 60, 72]  # entry 2 repeats entry 1: an episode of no frames
+    before = files(path)
+    with pytest.raises(StoreError, match="robot-rl data check --repair"):
+        EpisodeStore.open(path)
+    code, out, _ = cli(["data", "check", path], capsys)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert code == 1 and report["episodes"] == 6 and "keep those 6 episodes" in report["fix"]
+    assert files(path) == before
+    code, out, _ = cli(["data", "check", path, "--repair"], capsys)
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["ok"]
+    assert_intact(path)
+    # an entry that ends no complete episode is still refused, not guessed at
+    other = make_store(tmp_path / "t.zarr")
+    index = zarr.open_group(str(other), mode="r+")["meta/episode_ends"]
+    index.resize((7,))
+    index[:] = [12, 24, 30, 36, 48, 60, 72]
+    code, out, _ = cli(["data", "check", other, "--repair"], capsys)
+    assert code != 0 and "cannot be rebuilt" in out

@@ -6,6 +6,7 @@ The runs are tiny: state observations, no demos (random actions, so the learner 
 update), the learner inline, one evaluation episode. Killing tests wait for a line on the
 child's stdout, never on a sleep."""
 
+import dataclasses
 import json
 import os
 import queue
@@ -371,6 +372,38 @@ def test_a_truncated_replay_file_is_one_line_naming_it(run, capsys):
     with pytest.raises(TrainingError) as err:  # the learner process loads it: its error is one line too
         train(None, resume=str(ckpt), overrides={"env_steps": 60, "learner": "process"}, log=lambda m: None)
     assert str(online) in one_line(str(err.value))
+
+
+# ---------------------------------------------------------------- 8a. another run's network
+def test_an_agent_file_from_another_network_is_refused_by_eval_and_resume_in_one_line(run, tmp_path, capsys):
+    other = tmp_path / "other"
+    train(TrainConfig(env_steps=20, checkpoint_every=20, run_dir=str(other), **{**QUICK, "agent": {"hidden": (32, 32)}}),
+          log=lambda m: None)
+    newest = step_dir(run, 40)
+    shutil.copy(step_dir(other, 20) / "agent.safetensors", newest / "agent.safetensors")
+    write_manifest(newest)  # the manifest rewritten: the checksums verify, the network is another
+    shutil.rmtree(step_dir(run, 20))  # no older checkpoint to fall back on: the swapped one is the run's newest
+
+    assert main(["eval", "--checkpoint", str(run), "--episodes", "1"]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert str(newest) in message and "hidden [32, 32] in agent.safetensors, [256, 256] in state.json" in message
+    assert main(["train", "--resume", str(run), "--steps", "60", "--learner", "process"]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert str(newest) in message and "hidden [32, 32] in the checkpoint, [256, 256] in the run's config" in message
+    assert str(run / "config.json") in message
+
+
+def test_a_resumed_learner_is_built_from_the_runs_config_as_the_actor_is(run):
+    from robot_rl.runtime.checkpoint import load_agent
+
+    ckpt = step_dir(run, 40)
+    saved = load_agent(ckpt / "agent.safetensors").config
+    wanted = dataclasses.replace(saved, grasp_epsilon=0.0, target_entropy=-6.0)  # settings a resume may change
+    agent = load_agent(ckpt / "agent.safetensors", config=wanted)
+    assert agent.config.grasp_epsilon == 0.0 and agent.config.target_entropy == -6.0
+    with pytest.raises(CheckpointError, match="num_critics 2 in the checkpoint, 4 in the test's config"):
+        load_agent(ckpt / "agent.safetensors", config=dataclasses.replace(saved, num_critics=4),
+                   source="the test's config")
 
 
 # ---------------------------------------------------------------- 8b. a learner killed from outside

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from robot_rl.envs import make_env
 from robot_rl.rollout import evaluate
-from robot_rl.runtime.checkpoint import check_compatible, load_agent, read_state, resolve_checkpoint
+from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
+                                         resolve_checkpoint)
 from robot_rl.runtime.device import resolve_device
 
 
@@ -21,6 +22,7 @@ def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, 
     ckpt = resolve_checkpoint(Path(path))
     trained = read_state(ckpt).get("train_config", {})
     agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
+    check_recorded_network(agent.config, ckpt)  # an agent file swapped in from another run is refused
     task = task or trained.get("task", "PickCube")
     env = make_env(task, backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
                    tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))

@@ -28,8 +28,8 @@ from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import UserFacingError
 from robot_rl.rollout import collect_demos, evaluate
-from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, clean_leftovers, list_checkpoints,
-                                         read_agent_config, read_state, resolve_checkpoint)
+from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, check_same_network, clean_leftovers,
+                                         list_checkpoints, read_agent_config, read_state, resolve_checkpoint)
 from robot_rl.runtime.learner import (LEARNER_FAULT_LOG, LearnerSetup, latest_only_kinds, learner_main,
                                       transition_arrays)
 from robot_rl.runtime.logging import human_steps_in
@@ -300,7 +300,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
     if resume_from:
-        check_compatible(read_agent_config(Path(resume_from)), env, Path(resume_from))
+        saved = read_agent_config(Path(resume_from))
+        check_compatible(saved, env, Path(resume_from))
+        check_same_network(saved, agent_cfg, Path(resume_from), f"the run's config ({run_dir / 'config.json'})")
     policy = SACAgent(acting_config(agent_cfg))
     policy.seed_acting(cfg.seed)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)

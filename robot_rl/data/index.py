@@ -14,7 +14,9 @@ leaves one of two things after an index that agrees with the flags, and nothing 
 Anything else is damage, and the store is refused: nothing is ever dropped on a guess. Then
 ``robot-rl data check --repair`` rebuilds the index from the flags, which it only does when
 they show at least as many complete episodes as the index has entries (the index's length,
-like its entries, is written only after the frames it counts).
+like its entries, is written only after the frames it counts), or when every entry the index
+holds ends one of the complete episodes (an entry repeated: fewer episodes than entries, none
+of them lost).
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ def plan(entries: np.ndarray | str, n_entries: int, lengths: dict[str, int], has
         return IndexPlan(complete[:n_entries], problem=problem,
                          fix=f"rebuild the index of {n_entries} episodes from the has_action flags"
                              + (f" and drop the {dropped} frames after them (no entry commits them)" if dropped else ""))
+    if not isinstance(entries, str):
+        named = sorted({int(e) for e in entries if e})
+        if named and set(named) <= set(complete.tolist()):  # every entry ends a complete episode: some repeat
+            keep = complete[complete <= named[-1]]
+            dropped = longest - int(keep[-1])
+            return IndexPlan(keep, problem=problem,
+                             fix=f"rebuild the index from the has_action flags: its {n_entries} entries name only "
+                                 f"{len(named)} episode ends, each a complete episode (a repeated entry is an episode "
+                                 f"of no frames); keep those {len(keep)} episodes"
+                                 + (f" and drop the {dropped} frames after them (no entry commits them)" if dropped
+                                    else ""))
     return IndexPlan(empty, problem=f"{problem}; the has_action flags show only {len(complete)} complete episodes "
                                     f"for its {n_entries} entries, so it cannot be rebuilt")
 

@@ -191,11 +191,32 @@ class EpisodeStore:
             fix = (f"run `robot-rl data check --repair {store.path}`" if found.fix else
                    f"`robot-rl data check {store.path}` shows what is damaged; restore it from a backup")
             raise StoreError(f"{store.path}: {found.problem}; nothing was changed: {fix}")
+        if mode == "a":
+            store._check_append_files(found.frames)  # before anything is changed
         if mode == "a" and found.fix:
             warnings.warn(f"{store.path}: {found.fix}", stacklevel=2)
             store.apply(found)
         store._ends, store._judged = found.ends, True
         return store
+
+    def _check_append_files(self, frames: int) -> None:
+        """Refuse to append when a file the next episode would rewrite (every array's last,
+        partly filled chunk or shard, holding committed frames) is missing or unreadable: the
+        append would overwrite the evidence, and restoring that file from a backup afterwards
+        would take the appended episode with it."""
+        if not frames:
+            return
+        for key, array in self.arrays.items():
+            per_file = array.metadata.chunk_grid.chunk_shape[0]
+            if frames % per_file == 0:
+                continue  # the last file is full: the next episode starts a new one
+            start = frames // per_file * per_file
+            chunk = chunks.chunks_of(array, self.path / "data" / key, start, frames)[0]
+            damage = chunks.missing(array, chunk, self.every_chunk_written) or chunks.undecodable(array, chunk)
+            if damage:
+                raise DamagedStoreError(self.path, chunks.Damage(damage[0].file, damage[0].start, damage[0].stop,
+                                                                 f"{damage[0].why}; appending would rewrite this file, "
+                                                                 "so nothing was appended"))
 
     # ---- index --------------------------------------------------------------------------------
     def inspect_index(self) -> IndexPlan:

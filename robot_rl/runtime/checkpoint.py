@@ -17,6 +17,7 @@ weights never get loaded. Leftover ``*.tmp`` folders are removed by the next wri
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -128,6 +129,44 @@ def check_compatible(agent_config: SACConfig, env, ckpt: Path) -> None:
                               "use it with the task, --obs mode, cameras and image size it was trained with")
 
 
+# the settings that shape the agent's networks (with whether a residual base policy exists)
+NETWORK_FIELDS = ("state_dim", "action_dim", "cameras", "image_size", "image_encoder", "image_features",
+                  "state_features", "hidden", "num_critics", "grasp_critic")
+
+
+def network_of(cfg: SACConfig) -> dict:
+    """The settings that shape ``cfg``'s networks, as JSON values."""
+    net = {f: json.loads(json.dumps(getattr(cfg, f))) for f in NETWORK_FIELDS}  # tuples and lists alike
+    net["residual base policy"] = cfg.residual_scale > 0
+    return net
+
+
+def check_same_network(saved: SACConfig, wanted: SACConfig, ckpt: Path, source: str) -> None:
+    """Raise CheckpointError (one line naming ``ckpt`` and ``source``) unless the checkpoint's
+    agent (``saved``) has the networks an agent of ``wanted`` (the run's own config) has: a
+    checkpoint copied from another run is refused, not half-loaded."""
+    there, here = network_of(saved), network_of(wanted)
+    differ = [f"{key} {there[key]} in the checkpoint, {here[key]} in {source}" for key in here if there[key] != here[key]]
+    if differ:
+        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run: {'; '.join(differ)}. It is not "
+                              "this run's checkpoint: use one of the run's own, or start a new run")
+
+
+def check_recorded_network(saved: SACConfig, ckpt: Path) -> None:
+    """Raise CheckpointError unless the agent file's networks (``saved``, its metadata) are the
+    ones the checkpoint's ``state.json`` recorded when it was written (checkpoints from before
+    that record pass)."""
+    recorded = read_state(ckpt).get("network")
+    if recorded is None:
+        return
+    there = network_of(saved)
+    differ = [f"{key} {there.get(key)} in agent.safetensors, {value} in state.json" for key, value in recorded.items()
+              if there.get(key) != value]
+    if differ:
+        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run wrote there: {'; '.join(differ)}. "
+                              "Its agent.safetensors is not this run's: use one of the run's own checkpoints")
+
+
 def check_same_encoder(saved: SACConfig, wanted: SACConfig, ckpt: Path) -> None:
     """Raise CheckpointError (one line naming ``ckpt``) unless the checkpoint's agent (``saved``)
     reads what an agent of ``wanted`` reads: images, or the features of the same frozen encoder
@@ -148,13 +187,21 @@ def check_same_encoder(saved: SACConfig, wanted: SACConfig, ckpt: Path) -> None:
 DEVICE_OPTIONS = ("fused", "foreach", "capturable")
 
 
-def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu") -> SACAgent:
-    """Rebuild an agent from ``agent.safetensors`` (config from its metadata) on ``device`` (a
-    resolved name: ``runtime.device.resolve_device``), whatever device it was saved from: the
-    tensors are read onto the CPU, then copied onto the agent's device; the optimizers keep
-    their own device options (``DEVICE_OPTIONS``)."""
+def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu", config: SACConfig | None = None,
+               source: str = "the run's config") -> SACAgent:
+    """Rebuild an agent from ``agent.safetensors`` on ``device`` (a resolved name:
+    ``runtime.device.resolve_device``), whatever device it was saved from: the tensors are read
+    onto the CPU, then copied onto the agent's device; the optimizers keep their own device
+    options (``DEVICE_OPTIONS``). The agent is built from ``config`` (the run's own, the one the
+    actor builds its policy from) once the checkpoint's networks are checked to be that config's
+    (``source`` names it in the error), else from the file's metadata."""
     tensors, meta = read_agent_file(path)
-    config = _agent_config(meta, path, device)
+    saved = _agent_config(meta, path, device)
+    if config is not None:
+        check_same_network(saved, config, path.parent, source)
+        config = dataclasses.replace(config, device=device)
+    else:
+        config = saved
     try:
         config.pretrained_path = None  # the backbone's weights are in the checkpoint itself
         config.frozen_encoder_path = None  # so are a frozen encoder's
@@ -223,7 +270,8 @@ def write_checkpoint(run_dir: Path, name: str, agent: SACAgent, replay: MixedRep
     save_agent(agent, tmp / "agent.safetensors")
     if replay is not None:
         replay.save(tmp / "replay")
-    (tmp / "state.json").write_text(json.dumps(state, indent=1))
+    # the networks once more, beside the weights: an agent file swapped in from another run disagrees
+    (tmp / "state.json").write_text(json.dumps({**state, "network": network_of(agent.config)}, indent=1))
     write_manifest(tmp)
     replaced = root / f"{name}.old{TMP_SUFFIX}"  # a checkpoint of the same name is swapped out, not deleted first
     if final.exists():

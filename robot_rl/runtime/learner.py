@@ -47,7 +47,8 @@ from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
-from robot_rl.runtime.checkpoint import check_same_encoder, load_agent, load_replay, write_checkpoint
+from robot_rl.runtime.checkpoint import (check_same_encoder, load_agent, load_replay, read_agent_config,
+                                         write_checkpoint)
 from robot_rl.runtime.device import out_of_memory_says
 from robot_rl.runtime.progress import ProgressLines
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
@@ -281,8 +282,10 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
     """A learner with a new agent and empty buffers (``obs_spec``: ``{key: (shape, dtype)}``), or
     the agent and replay of the checkpoint ``resume_from``."""
     if resume_from:
-        agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device)
-        check_same_encoder(agent.config, agent_config, Path(resume_from))
+        # the run's agent config, the one the actor's policy is built from: one source for both
+        saved = read_agent_config(Path(resume_from))
+        check_same_encoder(saved, agent_config, Path(resume_from))
+        agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device, config=agent_config)
         replay = load_replay(Path(resume_from), agent.frozen_sha)
         replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
