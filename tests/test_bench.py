@@ -132,7 +132,8 @@ def test_the_naive_baseline_computes_what_the_batched_ensemble_computes():
 
 
 DATA_KEYS = ("write_frames_per_s", "read_frames_per_s", "compression_ratio", "lossy_write_frames_per_s",
-             "lossy_compression_ratio", "lossy_read_frames_per_s", "bytes_per_frame", "raw_bytes_per_frame")
+             "lossy_compression_ratio", "lossy_read_frames_per_s", "bytes_per_frame", "raw_bytes_per_frame",
+             "read_unverified_frames_per_s", "digest_ms_per_episode", "digest_share_of_read")
 
 
 def test_data_bench_quick_gives_every_figure(monkeypatch):

@@ -484,3 +484,24 @@ def test_a_repeated_index_entry_is_repaired_to_every_intact_episode(tmp_path, ca
     index[:] = [12, 24, 30, 36, 48, 60, 72]
     code, out, _ = cli(["data", "check", other, "--repair"], capsys)
     assert code != 0 and "cannot be rebuilt" in out
+
+
+def test_a_chunk_copied_over_another_episodes_is_detected_naming_the_episodes(tmp_path, capsys):
+    """The tester's misplaced chunk: a shard copied over another passes its CRC, not the digests."""
+    path = make_store(tmp_path / "s.zarr", episodes=12)  # 144 frames: image shards 0 (0-63), 1 (64-127), 2
+    shard0, shard1 = path / SHARD.format(0), path / SHARD.format(1)
+    shard0.write_bytes(shard1.read_bytes())  # frames 0-63 now hold frames 64-127's pixels
+    code, out, _ = cli(["data", "check", path], capsys)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert code == 1 and not report["ok"] and report["episode_digests"]
+    assert report["damaged_episodes"] == [0, 1, 2, 3, 4, 5]  # the episodes whose frames 0-63 moved
+    assert "digest" in report["episode_problems"]["0"][0]
+    store = EpisodeStore.open(path)
+    with pytest.raises(StoreError) as err:  # a whole episode read checks it too
+        store.get_episode(2)
+    assert "\n" not in str(err.value) and "episode 2 (frames 24-35)" in str(err.value)
+    np.testing.assert_array_equal(store.get_episode(7)["front"], episode(7)["front"])  # the others read as before
+    # an append afterwards does not hide it
+    EpisodeStore.open(path, "a").add_episode(episode(12))
+    code, out, _ = cli(["data", "check", path], capsys)
+    assert code == 1 and json.loads(out.strip().splitlines()[-1])["damaged_episodes"] == [0, 1, 2, 3, 4, 5]

@@ -5,7 +5,9 @@ rendered once and then cycled, so compression sees what a recording sees. One co
 thread of the process is pinned to one CPU for the duration. Figures:
 
 * ``write_frames_per_s`` / ``read_frames_per_s``: frames (2 images + state + action + flags)
-  per second through ``EpisodeStore.add_episode`` / ``get_episode``, lossless default codec;
+  per second through ``EpisodeStore.add_episode`` / ``get_episode``, lossless default codec
+  (a whole-episode read checks the episode's commit digest: ``digest_ms_per_episode`` and
+  ``digest_share_of_read``, its cost against ``read_unverified_frames_per_s``);
 * ``compression_ratio``: raw bytes / bytes on disk (lossless); ``lossy_*`` the same with JPEG;
 * ``candidates``: the image codecs we chose among, each with write speed and ratio;
 * ``load_100_episodes_s``: a 100-episode store into the learner's demo buffer (pixels obs).
@@ -25,7 +27,7 @@ from zarr.codecs import BloscCodec
 
 from robot_rl.data.demos import load_demos
 from robot_rl.data.recorder import flatten_observation, store_fields
-from robot_rl.data.store import EpisodeStore
+from robot_rl.data.store import EpisodeStore, episode_digest
 
 IMAGE_SIZE = (128, 128)
 CAMERAS = ("front", "wrist")
@@ -78,6 +80,23 @@ def read_seconds(path: Path) -> float:
     for i in range(len(store)):
         store.get_episode(i)
     return time.perf_counter() - t0
+
+
+def digest_cost(path: Path, n_frames: int) -> dict:
+    """What checking each whole episode against its commit digest costs a read: the episodes read
+    without the check (fields named), then their digests computed alone."""
+    store = EpisodeStore.open(path)
+    keys = list(store.arrays)
+    t0 = time.perf_counter()
+    read = [store.get_episode(i, keys) for i in range(len(store))]
+    unverified = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for episode in read:
+        episode_digest(episode)
+    hashing = time.perf_counter() - t0
+    return {"read_unverified_frames_per_s": round(n_frames / unverified, 1),
+            "digest_ms_per_episode": round(1000 * hashing / len(read), 3),
+            "digest_share_of_read": round(hashing / unverified, 4)}
 
 
 def candidate(path: Path, episodes: list[dict], codec, shard: int | None = None) -> dict:
@@ -146,6 +165,7 @@ def _run(p: dict, log) -> dict:
         figures["bytes_per_frame"] = round(store.nbytes_stored() / n_frames, 1)
         figures["raw_bytes_per_frame"] = round(store.nbytes_raw() / n_frames, 1)
         figures["read_frames_per_s"] = round(n_frames / read_seconds(tmp / "lossless.zarr"), 1)
+        figures.update(digest_cost(tmp / "lossless.zarr", n_frames))
         log(f"lossless: write {figures['write_frames_per_s']} frames/s, read {figures['read_frames_per_s']} "
             f"frames/s, ratio {figures['compression_ratio']}")
         lossy, seconds = write_store(tmp / "jpeg.zarr", episodes, fields, cameras, "jpeg")

@@ -2,7 +2,9 @@
 
 ``check_store`` reads the whole store chunk by chunk: the index against the has_action flags
 (index.py), then every file of every array over the committed frames, present (in stores that
-write every chunk) and decoding (checksums, compressed streams). It reports per episode.
+write every chunk) and decoding (checksums, compressed streams), then every intact episode
+against the digest recorded when it was committed (a chunk in another's place passes its own
+checksum, not that). It reports per episode.
 ``repair=True`` applies only what is provable: it drops frames no index entry commits and
 rebuilds an index that does not match the frames from the flags; a damaged chunk is left as
 it is (restore it from a backup, or split the good episodes out), and no committed episode is
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.data import chunks
-from robot_rl.data.store import INTEGRITY, EpisodeStore
+from robot_rl.data.store import INTEGRITY, EpisodeStore, episode_digest
 from robot_rl.data.tools import format_episodes
 
 
@@ -25,6 +27,7 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
 
         {"path", "ok": every committed episode verified and the index usable as it is,
          "integrity": "crc32c" or None (an older store: no checksums, missing chunks read as zeros),
+         "episode_digests": whether the store records a digest per episode (older stores do not),
          "episodes": n, "damaged_episodes": [i, ...], "episode_problems": {"i": ["file: what", ...]},
          "problems": [what is wrong beyond single episodes: the index, frames outside any episode],
          "fix": what `--repair` (or, where it is automatic, the next open for appending) changes, or None,
@@ -57,6 +60,16 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
                     per_episode.setdefault(i, []).append(text)
                 if not hit:
                     problems.append(f"{text} (frames {damage.start}-{damage.stop - 1})")
+    if store._digests_array is not None:  # each intact episode against the digest of its commit
+        for i in range(len(ends)):
+            if i in per_episode:
+                continue
+            start, stop = (int(ends[i - 1]) if i else 0), int(ends[i])
+            want = store.recorded_digest(stop)
+            frames = {k: store._read(a, store.path / "data" / k, start, stop) for k, a in store.arrays.items()}
+            if want is not None and episode_digest(frames) != want:
+                per_episode[i] = ["its frames do not match the digest recorded when it was committed: a chunk holds "
+                                  "other frames than its own (copied or moved from elsewhere)"]
     damaged = sorted(per_episode)
     good = [i for i in range(len(ends)) if i not in per_episode]
     hint = None
@@ -66,7 +79,8 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
             hint += (f", or keep the good episodes: robot-rl data split {path} --episodes {format_episodes(good)} "
                      "--out NEW")
     return {"path": str(path), "ok": not problems and not damaged,
-            "integrity": INTEGRITY if store.every_chunk_written else None, "episodes": len(ends), "damaged_episodes": damaged,
+            "integrity": INTEGRITY if store.every_chunk_written else None,
+            "episode_digests": store._digests_array is not None, "episodes": len(ends), "damaged_episodes": damaged,
             "episode_problems": {str(i): per_episode[i] for i in damaged}, "problems": problems,
             "fix": found.fix, "repaired": repaired, "hint": hint}
 

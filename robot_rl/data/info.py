@@ -19,6 +19,7 @@ import numpy as np
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore
 
 INDEX = "meta/episode_ends"
+DIGESTS = "meta/episode_digests"  # (end frame, digest) per committed episode; stores made before it have none
 # the store's own attributes: shown in the header, the others under "recorded with"
 FORMAT_ATTRS = ("format", "schema_version", "integrity", "task", "robot", "control_hz", "cameras", "image_codec")
 
@@ -68,6 +69,9 @@ def _episodes(store: EpisodeStore) -> dict:
 def _sizes(store: EpisodeStore) -> dict:
     arrays = {f"data/{name}": _array_row(store, name, array, store.n_frames) for name, array in store.arrays.items()}
     arrays[INDEX] = _array_row(store, INDEX, store.group[INDEX], len(store))
+    if (store.path / DIGESTS / "zarr.json").is_file():
+        digests = store.group[DIGESTS]
+        arrays[DIGESTS] = _array_row(store, DIGESTS, digests, digests.shape[0])
     return {
         "fields": {k: [list(s), np.dtype(d).name] for k, (s, d) in store.fields.items() if k not in FRAME_FIELDS},
         "arrays": arrays, "bytes_on_disk": store.nbytes_stored(), "raw_bytes": store.nbytes_raw(),
@@ -77,7 +81,7 @@ def _sizes(store: EpisodeStore) -> dict:
 def _array_row(store: EpisodeStore, name: str, array, length: int) -> dict:
     """One array: what it is, its layout (frames per chunk and per file, codecs) and its bytes."""
     shape = tuple(array.shape[1:])
-    folder = store.path / (name if name == INDEX else f"data/{name}")
+    folder = store.path / (name if name.startswith("meta/") else f"data/{name}")
     return {
         "role": _role(store, name), "dtype": np.dtype(array.dtype).name, "shape": list(shape), "length": length,
         "chunk": int(array.chunks[0]), "shard": int(array.shards[0]) if array.shards else None,
@@ -90,6 +94,8 @@ def _array_row(store: EpisodeStore, name: str, array, length: int) -> dict:
 def _role(store: EpisodeStore, name: str) -> str:
     if name == INDEX:
         return "index"
+    if name == DIGESTS:
+        return "digests"
     if name in store.cameras:
         return "camera"
     if name == "action":

@@ -6,6 +6,8 @@ Layout (the diffusion_policy / UMI convention, time first)::
       zarr.json                 attributes: schema version, task, robot, control rate, cameras
       data/<key>                one array per field, frames of every episode back to back
       meta/episode_ends         int64[n_episodes]: exclusive end frame of each episode
+      meta/episode_digests      uint64[n, 2]: (end frame, BLAKE2b-64 of the episode's frames), one per
+                                commit, written just before its index entry (stores made before it: none)
 
 An episode of L control steps is L + 1 frames: frame t holds the observation at step t, the
 action taken there, the reward it earned and the flags of that transition; the last frame
@@ -27,6 +29,7 @@ stores still open: a missing chunk there reads as zeros, as Zarr has it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from collections.abc import Iterator
@@ -59,6 +62,21 @@ IMAGE_SHARD_FRAMES = 64  # frames per image file (one chunk per frame inside); c
 NUMERIC_CHUNK_FRAMES = 1024  # numeric arrays: an append rewrites at most two small chunks
 INDEX_CHUNK = 4096
 WRITE_EVERY_CHUNK = {"write_empty_chunks": True}  # an all-zero chunk is written too, so a missing one is damage
+# meta/episode_digests: (end frame, digest) per committed episode, written just before its index entry.
+# A chunk's checksum says its bytes are intact, not that they are in their place: a chunk file copied
+# over another passes it. The digest ties every frame of every array to its episode.
+DIGESTS = "meta/episode_digests"
+
+
+def episode_digest(episode: dict[str, np.ndarray]) -> int:
+    """A 64-bit BLAKE2b digest of an episode's frames: every field in name order, its dtype,
+    shape and bytes."""
+    h = hashlib.blake2b(digest_size=8)
+    for key in sorted(episode):
+        value = np.ascontiguousarray(episode[key])
+        h.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+        h.update(value.data)
+    return int.from_bytes(h.digest(), "little")
 
 
 class StoreError(UserFacingError):
@@ -100,6 +118,8 @@ class EpisodeStore:
         self.arrays = {name: self._array(f"data/{name}")
                        for name in sorted(p.name for p in (self.path / "data").iterdir() if p.is_dir())}
         self.fields = {k: (tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self.arrays.items()}
+        self._digests_array = self._array(DIGESTS) if (self.path / DIGESTS / "zarr.json").is_file() else None
+        self._digests: dict[int, int] | None = None  # end frame -> digest, read when first needed
         self._ends = np.zeros(0, np.int64)
         self._judged = False  # the index was checked (open) or made here (create): appending is safe
 
@@ -144,8 +164,11 @@ class EpisodeStore:
                     compressors = [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"), Crc32cCodec()]
                 data.create_array(key, shape=(0, *shape), chunks=chunk_shape, shards=shards, dtype=dtype,
                                   fill_value=0, compressors=compressors, serializer=serializer)
-            root.create_group("meta").create_array("episode_ends", shape=(0,), chunks=(INDEX_CHUNK,), dtype=np.int64,
-                                                   fill_value=0, compressors=[Crc32cCodec()])
+            meta = root.create_group("meta")
+            meta.create_array("episode_ends", shape=(0,), chunks=(INDEX_CHUNK,), dtype=np.int64, fill_value=0,
+                              compressors=[Crc32cCodec()])
+            meta.create_array("episode_digests", shape=(0, 2), chunks=(INDEX_CHUNK, 2), dtype=np.uint64,
+                              fill_value=0, compressors=[Crc32cCodec()])
         store = cls(zarr.open_group(str(path), mode="r+"), path)
         store._judged = True
         return store
@@ -293,8 +316,33 @@ class EpisodeStore:
 
     # ---- read ---------------------------------------------------------------------------------
     def get_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Episode ``index``; read whole (``keys`` None) it is checked against the digest recorded
+        when it was committed (stores made before digests: not checked)."""
         start, stop = self.episode_range(index)
-        return self.read(start, stop, keys)
+        episode = self.read(start, stop, keys)
+        if keys is None:
+            self.verify_digest(index % len(self._ends), episode)
+        return episode
+
+    def recorded_digest(self, end: int) -> int | None:
+        """The digest committed with the episode ending at frame ``end``, or None (none recorded)."""
+        if self._digests_array is None:
+            return None
+        if self._digests is None:
+            n = self._digests_array.shape[0]
+            pairs = self._read(self._digests_array, self.path / DIGESTS, 0, n, units=("entry", "entries"))
+            self._digests = {int(e): int(d) for e, d in pairs}  # a later entry for the same end wins
+        return self._digests.get(int(end))
+
+    def verify_digest(self, index: int, episode: dict[str, np.ndarray]) -> None:
+        """Raise StoreError unless ``episode`` (episode ``index`` read whole) has the digest
+        recorded at its commit."""
+        start, stop = self.episode_range(index)
+        want = self.recorded_digest(stop)
+        if want is not None and episode_digest(episode) != want:
+            raise StoreError(f"{self.path}: episode {index} (frames {start}-{stop - 1}) does not match the digest "
+                             "recorded when it was committed: a chunk holds other frames than its own (copied or "
+                             f"moved from elsewhere); `robot-rl data check {self.path}` lists the damaged episodes")
 
     def read(self, start: int, stop: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
         """Frames [start, stop) of the chosen fields (only the chunks they touch are read, and
@@ -358,6 +406,15 @@ class EpisodeStore:
         for key, array in self.arrays.items():
             array.resize((stop, *array.shape[1:]))
             array[start:stop] = np.asarray(episode[key], dtype=array.dtype)
+        if self._digests_array is not None:  # before the commit: a digest without its entry commits nothing
+            lossy = self.attrs.get("image_codec") == "jpeg"  # its frames are what was stored, not what was given
+            digest = episode_digest({k: a[start:stop] if lossy and k in self.cameras else
+                                     np.asarray(episode[k], dtype=a.dtype) for k, a in self.arrays.items()})
+            d = self._digests_array.shape[0]
+            self._digests_array.resize((d + 1, 2))
+            self._digests_array[d] = np.array([stop, digest], np.uint64)
+            if self._digests is not None:
+                self._digests[stop] = digest
         n = len(self._ends)
         self._ends_array.resize((n + 1,))
         self._ends_array[n] = stop  # the commit: written last
