@@ -71,6 +71,7 @@ class RecorderNode(Node):
 
     def on_episode(self, msg) -> None:
         from robot_rl.data.store import StoreError
+        from robot_rl.errors import DiskFullError, is_disk_full
         from robot_rl.runtime.wire import decode
 
         try:
@@ -82,6 +83,13 @@ class RecorderNode(Node):
             index = self.store.add_episode(message.arrays)
         except (ValueError, StoreError) as e:
             self.drops.drop("episode", str(e))
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            # one line, and an exit the launcher does not respawn (status 2): a new recorder would
+            # open the same store on the same full disk and fail again
+            raise DiskFullError(f"disk full: {self.cfg.path} keeps the {len(self.store)} episodes committed before "
+                                f"({e.strerror}); free space, then start the recorder again: it appends") from e
         else:
             self.get_logger().info(f"episode {index} committed ({len(message.arrays['action'])} frames, "
                                    f"success {bool(message.arrays['success'][-1])})")

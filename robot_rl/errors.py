@@ -3,3 +3,14 @@
 
 class UserFacingError(RuntimeError):
     """Base for errors whose message names the fix (bad checkpoint, stopped training, ...)."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """The filesystem is out of space (or the user's quota is spent)."""
+    import errno
+
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFullError(UserFacingError):
+    """A write ran out of space; the message names what was being written and what is kept."""

@@ -505,3 +505,118 @@ def test_a_chunk_copied_over_another_episodes_is_detected_naming_the_episodes(tm
     EpisodeStore.open(path, "a").add_episode(episode(12))
     code, out, _ = cli(["data", "check", path], capsys)
     assert code == 1 and json.loads(out.strip().splitlines()[-1])["damaged_episodes"] == [0, 1, 2, 3, 4, 5]
+
+
+def _disk_full(filename="chunk"):
+    import errno
+
+    return OSError(errno.ENOSPC, "No space left on device", filename)
+
+
+def test_record_into_a_full_disk_is_one_line_keeps_its_episodes_and_appends_after(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "rec.zarr"
+    real_add = EpisodeStore.add_episode
+    calls = []
+
+    def add_until_the_disk_fills(self, ep):
+        calls.append(1)
+        if len(calls) == 3:  # the third episode's first frames fit, then the disk is full
+            real_setitem, writes = zarr.Array.__setitem__, []
+
+            def setitem(array, selection, value):
+                if len(writes) == 2:
+                    raise _disk_full(str(out / "data/state/c/0/0"))
+                writes.append(1)
+                real_setitem(array, selection, value)
+
+            monkeypatch.setattr(zarr.Array, "__setitem__", setitem)
+        return real_add(self, ep)
+
+    monkeypatch.setattr(EpisodeStore, "add_episode", add_until_the_disk_fills)
+    code, _, err = cli(["record", "--task", "PickCube", "--episodes", "5", "--out", out], capsys)
+    monkeypatch.undo()
+    said = err.strip().splitlines()
+    assert code == 1 and len(said) == 3 and "Traceback" not in err
+    assert said[2].startswith(f"robot-rl: disk full: {out} keeps the 2 episodes committed before")
+    assert check_store(out)["ok"] and len(EpisodeStore.open(out)) == 2
+    with pytest.warns(UserWarning, match="drop"):  # space freed: the cut-off frames go, the store appends
+        EpisodeStore.open(out, "a").add_episode(EpisodeStore.open(out).get_episode(0))
+    assert len(EpisodeStore.open(out)) == 3 and check_store(out)["ok"]
+
+
+def test_merge_into_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    a, b = make_store(tmp_path / "a.zarr", 2), make_store(tmp_path / "b.zarr", 2)
+    real_add = EpisodeStore.add_episode
+
+    def full(self, ep):
+        if len(self) == 3:
+            raise _disk_full()
+        return real_add(self, ep)
+
+    monkeypatch.setattr(EpisodeStore, "add_episode", full)
+    code, out, err = cli(["data", "merge", a, b, "--out", tmp_path / "m.zarr"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"robot-rl: disk full: {tmp_path / 'm.zarr'} was not written")
+    assert no_partial_outputs(tmp_path) and not (tmp_path / "m.zarr").exists()
+
+
+def test_a_checkpoint_save_on_a_full_disk_is_one_line_and_keeps_the_earlier_ones(tmp_path, monkeypatch):
+    from robot_rl.commands.train import TrainConfig, train
+    from robot_rl.errors import DiskFullError
+    from robot_rl.runtime import checkpoint
+
+    real_save, saves = checkpoint.save_agent, []
+
+    def save_until_full(agent, path):
+        saves.append(path)
+        if len(saves) == 2:
+            raise _disk_full(str(path))
+        return real_save(agent, path)
+
+    monkeypatch.setattr(checkpoint, "save_agent", save_until_full)
+    run = tmp_path / "run"
+    with pytest.raises(DiskFullError) as err:
+        train(TrainConfig(task="PickCube", obs="state", demos=0, learner="inline", eval_every=100_000, eval_episodes=1,
+                          final_eval_episodes=1, progress=False, env_steps=40, checkpoint_every=20, run_dir=str(run)),
+              log=lambda m: None)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"disk full: checkpoint {run / 'checkpoints' / 'step_000000040'}")
+    assert f"robot-rl train --resume {run}" in message
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name != "latest")
+    assert kept == ["step_000000020"]  # no half-written folder
+    checkpoint.verify_checkpoint(run / "checkpoints" / "step_000000020")
+
+
+def test_the_recorder_node_on_a_full_disk_stops_with_one_line_and_no_respawn(tmp_path):
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.parameter import Parameter
+
+    from robot_rl.drivers import messages as msgs
+    from robot_rl.drivers.recorder_node import RecorderNode
+    from robot_rl.errors import DiskFullError, UserFacingError
+    from robot_rl.runtime.launcher import USER_ERROR_EXIT
+    from robot_rl.runtime.wire import encode
+    from tests.helpers.ros import free_domain_id
+
+    path = make_store(tmp_path / "online.zarr", 2)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=free_domain_id())
+    try:
+        node = RecorderNode(context=context, parameter_overrides=[
+            Parameter("path", value=str(path)), Parameter("cameras", value=["front"]),
+            Parameter("image_size", value=[8, 8])])
+        try:
+            real_add = node.store.add_episode
+            node.store.add_episode = lambda ep: (_ for _ in ()).throw(_disk_full())
+            message = msgs.payload_msg(encode("episode", episode(5), {"sender": "actor", "seq": 0}))
+            with pytest.raises(DiskFullError) as err:
+                node.on_episode(message)
+            assert isinstance(err.value, UserFacingError) and USER_ERROR_EXIT == 2  # main: one line, exit 2
+            text = str(err.value)
+            assert "\n" not in text and text.startswith(f"disk full: {path} keeps the 2 episodes committed before")
+            node.store.add_episode = real_add
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    assert_intact(path, 2)

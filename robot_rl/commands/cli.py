@@ -12,7 +12,7 @@ from pathlib import Path
 
 from robot_rl.config import TrainConfig
 from robot_rl.config_cli import add_config_options
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import UserFacingError, is_disk_full
 
 
 def _cmd_sim_tasks(args) -> int:
@@ -111,13 +111,25 @@ def _cmd_record(args) -> int:
                                       f"record: episode {index} committed ({'success' if success else 'failure'})",
                                       file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # the committed episodes stay in the store; the one cut off never reads as one
-        from robot_rl.data.store import EpisodeStore
-
-        kept = len(EpisodeStore.open(args.out)) if Path(args.out).exists() else 0
-        print(f"robot-rl: interrupted: {args.out} keeps the {kept} episodes committed before", file=sys.stderr)
+        print(f"robot-rl: interrupted: {args.out} keeps the {_committed(args.out)} episodes committed before",
+              file=sys.stderr)
         return 130
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        print(f"robot-rl: disk full: {args.out} keeps the {_committed(args.out)} episodes committed before "
+              f"({e.strerror}), intact and appendable once there is space (robot-rl data check {args.out})",
+              file=sys.stderr)
+        return 1
     print(json.dumps(summary))
     return 0
+
+
+def _committed(store: str) -> int:
+    """Episodes committed in the store at ``store`` (0 if there is none yet)."""
+    from robot_rl.data.store import EpisodeStore
+
+    return len(EpisodeStore.open(store)) if Path(store).exists() else 0
 
 
 def _cmd_data(args) -> int:
@@ -128,14 +140,21 @@ def _cmd_data(args) -> int:
         return _data_check(args.store, args.repair)
     if command == "info":
         return _data_info(args.store, args.json)
-    if command == "view":
-        result = tools.export_video(args.store, args.out or f"{str(args.store).rstrip('/')}.view.gif", args.episodes)
-    elif command == "export-video":
-        result = tools.export_video(args.store, args.out, args.episodes, args.fps)
-    elif command == "merge":
-        result = tools.merge(args.out, args.inputs)
-    else:
-        result = tools.split(args.store, args.out, args.episodes)
+    out = args.out or f"{str(args.store).rstrip('/')}.view.gif" if command == "view" else args.out
+    try:
+        if command in ("view", "export-video"):
+            result = tools.export_video(args.store, out, args.episodes, getattr(args, "fps", None))
+        elif command == "merge":
+            result = tools.merge(out, args.inputs)
+        else:
+            result = tools.split(args.store, out, args.episodes)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        # every output is written under a temporary name and renamed when whole: the partial one is gone
+        print(f"robot-rl: disk full: {out} was not written ({e.strerror}; nothing partial is left, the inputs are "
+              "untouched); free space and run it again", file=sys.stderr)
+        return 1
     print(json.dumps(result))
     return 0
 
@@ -561,6 +580,11 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"robot-rl: error: {message}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk anywhere else: one line (record, data, train say more)
+        if not is_disk_full(exc):
+            raise
+        print(f"robot-rl: error: disk full writing {exc.filename or 'a file'} ({exc.strerror})", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

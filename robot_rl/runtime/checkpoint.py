@@ -32,7 +32,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.sac import SACAgent, SACConfig
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import DiskFullError, UserFacingError, is_disk_full
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 
 OPTIMIZERS = ("critic_opt", "actor_opt", "base_opt", "alpha_opt", "grasp_opt")
@@ -266,13 +266,20 @@ def write_checkpoint(run_dir: Path, name: str, agent: SACAgent, replay: MixedRep
     root = Path(run_dir) / "checkpoints"
     clean_leftovers(run_dir)
     tmp, final = root / f"{name}{TMP_SUFFIX}", root / name
-    tmp.mkdir(parents=True)
-    save_agent(agent, tmp / "agent.safetensors")
-    if replay is not None:
-        replay.save(tmp / "replay")
-    # the networks once more, beside the weights: an agent file swapped in from another run disagrees
-    (tmp / "state.json").write_text(json.dumps({**state, "network": network_of(agent.config)}, indent=1))
-    write_manifest(tmp)
+    try:
+        tmp.mkdir(parents=True)
+        save_agent(agent, tmp / "agent.safetensors")
+        if replay is not None:
+            replay.save(tmp / "replay")
+        # the networks once more, beside the weights: an agent file swapped in from another run disagrees
+        (tmp / "state.json").write_text(json.dumps({**state, "network": network_of(agent.config)}, indent=1))
+        write_manifest(tmp)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # the half-written folder, not a checkpoint: gone
+        raise DiskFullError(f"disk full: checkpoint {final} was not written ({e.strerror}); the run's earlier "
+                            f"checkpoints are intact: free space, then robot-rl train --resume {run_dir}") from e
     replaced = root / f"{name}.old{TMP_SUFFIX}"  # a checkpoint of the same name is swapped out, not deleted first
     if final.exists():
         os.replace(final, replaced)
