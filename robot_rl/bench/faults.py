@@ -17,10 +17,12 @@ Kill loops (SIGKILL at random moments, each process its own):
 
 Injected corruptions, each on a fresh copy: an episode store's index (one entry below its
 neighbours, an emptied index chunk), a deleted image shard, garbled image and numeric chunks,
-a garbled array ``zarr.json``; a checkpoint's weights overwritten, a NaN in its weights, a
-truncated replay file, a save cut short (a leftover ``.tmp`` folder). Each counts as detected
-when it gives an error naming the damaged file (or, for a cut-short save, is passed over for
-the newest complete checkpoint).
+a garbled array ``zarr.json``, an image shard copied over another's place; a checkpoint's
+weights overwritten, a NaN in its weights, a truncated replay file, a save cut short (a leftover
+``.tmp`` folder); a full disk (ENOSPC injected) during an append and during a checkpoint save.
+Each counts as detected when it gives an error naming the damaged file (or, for a cut-short
+save, is passed over for the newest complete checkpoint; for a full disk, the error says so,
+nothing committed is lost and the store appends afterwards).
 
 Figures: ``kills``, ``committed_episodes_lost`` (must be 0), ``partial_outputs`` (must be 0),
 ``env_steps_lost_per_crash_median`` / ``_max``, ``corruptions_injected``,
@@ -335,9 +337,83 @@ def store_damage(store: Path, rng: random.Random) -> dict:
         meta.write_text(meta.read_text()[: len(meta.read_text()) // 2])
         return meta
 
+    def image_shard_misplaced(path: Path) -> Path:
+        """The tester's: the second image shard of each camera copied over the first (it passes
+        its CRC; only the episodes' commit digests tell)."""
+        for cam in ("front", "wrist"):
+            shards = sorted(p for p in (path / f"data/{cam}").rglob("*") if p.is_file() and p.name != "zarr.json")
+            shards[0].write_bytes(shards[1].read_bytes())
+        return shards[0]
+
     return {"store_index_entry": index_entry, "store_index_chunk": index_chunk, "store_image_shard_deleted": image_shard,
             "store_image_chunk_garbled": image_chunk, "store_numeric_chunk_garbled": numeric_chunk,
-            "store_array_metadata_garbled": array_metadata}
+            "store_array_metadata_garbled": array_metadata, "store_image_shard_misplaced": image_shard_misplaced}
+
+
+def disk_full_error(filename: str) -> OSError:
+    import errno
+
+    return OSError(errno.ENOSPC, "No space left on device", filename)
+
+
+def store_survives_a_full_disk(path: Path) -> tuple[bool, str]:
+    """An append that runs out of space mid-episode: the error says so, every committed episode
+    stays, and once there is space again the store appends."""
+    import warnings
+
+    import zarr
+
+    from robot_rl.data import check_store
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.errors import is_disk_full
+
+    store = EpisodeStore.open(path, "a")
+    before, episode = len(store), store.get_episode(0)
+    real_setitem, writes = zarr.Array.__setitem__, []
+
+    def setitem(array, selection, value):
+        if len(writes) == 3:  # some of the episode's arrays are written, then the disk is full
+            raise disk_full_error(str(path / "data"))
+        writes.append(1)
+        real_setitem(array, selection, value)
+
+    zarr.Array.__setitem__ = setitem
+    try:
+        store.add_episode(episode)
+        said = "the append went through"
+    except OSError as err:
+        said = str(err) if is_disk_full(err) else f"another error: {err!r}"
+    finally:
+        zarr.Array.__setitem__ = real_setitem
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cut-off frames are dropped, with a warning
+        after = EpisodeStore.open(path, "a")
+        kept = len(after) == before and check_store(path)["ok"]
+        after.add_episode(episode)
+    appended = len(EpisodeStore.open(path)) == before + 1 and check_store(path)["ok"]
+    return "No space left" in said and kept and appended, f"{said}; kept {before} episodes: {kept}; appended after: {appended}"
+
+
+def checkpoint_survives_a_full_disk(run: Path) -> tuple[bool, str]:
+    """A checkpoint save that runs out of space: one line naming it, no half-written folder, the
+    newest complete checkpoint still the one a resume finds."""
+    from robot_rl.errors import DiskFullError
+    from robot_rl.runtime import checkpoint
+
+    newest = checkpoint.latest_checkpoint(run)
+    agent = checkpoint.load_agent(newest / "agent.safetensors")
+    real_save = checkpoint.save_agent
+    checkpoint.save_agent = lambda agent, path: (_ for _ in ()).throw(disk_full_error(str(path)))
+    try:
+        checkpoint.write_checkpoint(run, "step_999999999", agent, None, {})
+        return False, "the save went through"
+    except DiskFullError as err:
+        message = str(err)
+    finally:
+        checkpoint.save_agent = real_save
+    clean = not any(p.name.startswith("step_999999999") for p in (run / "checkpoints").iterdir())
+    same = checkpoint.latest_checkpoint(run) == newest
+    return "\n" not in message and clean and same, f"{message}; no partial folder: {clean}; newest still {newest.name}: {same}"
 
 
 def store_detects(path: Path, damaged: Path) -> tuple[bool, str]:
@@ -449,6 +525,15 @@ def corruptions(work: Path, rng: random.Random, log) -> dict:
         damaged = damage(copy)
         results[name], message = checkpoint_detects(copy, damaged)
         log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+
+    copy = work / "store_disk_full.zarr"
+    shutil.copytree(good_store, copy)
+    results["store_disk_full"], message = store_survives_a_full_disk(copy)
+    log(f"store_disk_full: {'held' if results['store_disk_full'] else 'MISSED'}: {message}")
+    copy = work / "checkpoint_disk_full"
+    shutil.copytree(good_run, copy)
+    results["checkpoint_disk_full"], message = checkpoint_survives_a_full_disk(copy)
+    log(f"checkpoint_disk_full: {'held' if results['checkpoint_disk_full'] else 'MISSED'}: {message}")
 
     # a save cut short: a complete-looking folder under the temporary name, newer than the rest
     copy = work / "checkpoint_save_cut_short"
