@@ -68,6 +68,9 @@ class ArmNodeConfig:
     gripper_speed: float = 0.1  # m/s
     realtime_kernel: bool = True  # false only for a simulator (franky-sim); a real arm needs a real-time kernel
     connect_timeout_s: float = 5.0
+    # how much of the TCP's distance from its target (the commanded displacements added up) each
+    # period's velocity also closes (0: velocity only; docs in drivers/franka.py FrankaSettings)
+    tracking_gain: float = 0.7
 
 
 BACKENDS = ("sim", "franka")
@@ -82,7 +85,8 @@ def make_backend(cfg: ArmNodeConfig, task):
 
         settings = FrankaSettings(cfg.robot_ip, cfg.velocity_factor, cfg.acceleration_factor, cfg.jerk_factor,
                                   tuple(cfg.torque_thresholds), tuple(cfg.force_thresholds), cfg.gripper_speed,
-                                  cfg.grasp_force, cfg.realtime_kernel, cfg.connect_timeout_s)
+                                  cfg.grasp_force, cfg.realtime_kernel, cfg.connect_timeout_s,
+                                  tracking_gain=cfg.tracking_gain)
         return FrankaArm(settings, task.workspace, tuple(cfg.home_joints) or task.home_joints, task.sample_start,
                          limits, task.uses_gripper, cfg.seed)
     raise ValueError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "

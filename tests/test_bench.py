@@ -207,6 +207,8 @@ def test_ros_bench_quick_gives_every_figure():
     assert figures["franka_motion_onsets"] == 6 and figures["franka_commands_dropped"] == 0
     assert 0 < figures["franka_command_to_motion_ms_p50"] <= figures["franka_command_to_motion_ms_p99"]
     assert figures["franka_state_rate_hz"] > 10 and figures["franka_loop_jitter_ms_p99"] >= 0
+    assert 0 <= figures["franka_step_error_mm_p50"] <= figures["franka_step_error_mm_p99"]
+    assert figures["franka_tracking_misses"] >= 0
 
 
 def test_hil_bench_quick_gives_every_figure():

@@ -10,6 +10,9 @@ at the contract's 10 Hz as the arm node's timer is.
   and reads the gripper too).
 - loop_jitter: |interval between control periods - 100 ms|, p99.
 - commands_dropped: commands the backend did not get to the robot (failed or never sent).
+- step_error: |the TCP's displacement over a control period - the displacement commanded for it|
+  (the contract's action is a displacement), p50 and p99, moving and at rest; tracking_misses:
+  the backend's count of steps more than 1 mm from their target 3 periods in a row.
 
 Not over DDS: the command's DDS hop is the control-loop figures' part of this benchmark.
 """
@@ -33,7 +36,8 @@ def run(periods: int = 200, log=print) -> dict:
     limits = ControlLimits()
     period = 1.0 / limits.control_hz
     start = (np.asarray(task.home_tcp_pos), np.array([0.0, 1.0, 0.0, 0.0]))
-    latencies, intervals = [], []
+    latencies, intervals, step_errors = [], [], []
+    last_pos = last_delta = None
     with ServerProcess() as server:
         arm = FrankaArm(FrankaSettings(server.host, realtime_kernel=False), task.safety_box, task.home_joints,
                         lambda rng: start, limits)
@@ -52,7 +56,12 @@ def run(periods: int = 200, log=print) -> dict:
                     intervals.append(now - last_start)
                 last_start = received = now
                 supervisor.command_velocity(command)
-                arm.apply(supervisor.action(arm.state()))
+                before = arm.state()[STATE_SLICES["tcp_pos"]].astype(np.float64)
+                if k:  # the last period's displacement against the one commanded
+                    step_errors.append(float(np.linalg.norm(before - last_pos - last_delta)))
+                action = supervisor.action(arm.state())
+                arm.apply(action)
+                last_pos, last_delta = before, np.asarray(action[:3], np.float64) * limits.max_translation_m
                 onset = moving and k % 10 == 0
                 speed = 0.5 * limits.max_translation_m / period
                 deadline += period
@@ -65,6 +74,7 @@ def run(periods: int = 200, log=print) -> dict:
             reads = arm.reads - reads0
             dropped = arm.counts["commands_failed"] + (periods - arm.counts["commands"])
             faults = arm.counts["faults"]
+            misses = arm.counts["tracking_misses"]
         finally:
             arm.close()
     lat = np.asarray(latencies) * 1000
@@ -75,4 +85,7 @@ def run(periods: int = 200, log=print) -> dict:
             "franka_motion_onsets": len(lat),
             "franka_state_rate_hz": round(reads / elapsed, 1),
             "franka_loop_jitter_ms_p99": round(float(np.percentile(jitter, 99)), 2),
-            "franka_commands_dropped": int(dropped), "franka_faults": int(faults), "franka_periods": periods}
+            "franka_commands_dropped": int(dropped), "franka_faults": int(faults), "franka_periods": periods,
+            "franka_step_error_mm_p50": round(1000 * float(np.percentile(step_errors, 50)), 2),
+            "franka_step_error_mm_p99": round(1000 * float(np.percentile(step_errors, 99)), 2),
+            "franka_tracking_misses": int(misses)}
