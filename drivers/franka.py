@@ -288,7 +288,7 @@ class FrankaArm:
         counts one tracking miss."""
         s = self.settings
         pos = self._state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        now = getattr(self, "robot_time_s", 0.0)
+        now = self.robot_time_s
         if self._target is None or now - self._target_time > s.hold_periods * period:
             self._target, self._missed_periods = pos.copy(), 0
         error = self._target - pos

@@ -372,29 +372,33 @@ def test_a_video_that_fails_leaves_no_file(tmp_path, capsys):
     assert (tmp_path / "v.gif").stat().st_size > 0
 
 
-def test_record_interrupted_keeps_its_committed_episodes(tmp_path, capsys, monkeypatch):
-    """Ctrl-C in the middle of the third episode's frames: the two committed stay, the cut-off
-    one never reads as an episode, and the command says so in one line."""
-    out = tmp_path / "rec.zarr"
-    real_add = EpisodeStore.add_episode
-    calls = []
+def cut_the_third_episode(monkeypatch, error) -> None:
+    """The third episode ``add_episode`` writes raises ``error`` after two of its array writes (its
+    first frames are on disk, its index entry is not)."""
+    real_add, calls = EpisodeStore.add_episode, []
 
-    def add_then_interrupt(self, ep):
+    def add(self, ep):
         calls.append(1)
         if len(calls) == 3:
-            writes = []
-            real_setitem = zarr.Array.__setitem__
+            real_setitem, writes = zarr.Array.__setitem__, []
 
             def setitem(array, selection, value):
                 if len(writes) == 2:
-                    raise KeyboardInterrupt
+                    raise error
                 writes.append(1)
                 real_setitem(array, selection, value)
 
             monkeypatch.setattr(zarr.Array, "__setitem__", setitem)
         return real_add(self, ep)
 
-    monkeypatch.setattr(EpisodeStore, "add_episode", add_then_interrupt)
+    monkeypatch.setattr(EpisodeStore, "add_episode", add)
+
+
+def test_record_interrupted_keeps_its_committed_episodes(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the middle of the third episode's frames: the two committed stay, the cut-off
+    one never reads as an episode, and the command says so in one line."""
+    out = tmp_path / "rec.zarr"
+    cut_the_third_episode(monkeypatch, KeyboardInterrupt)
     code, _, err = cli(["record", "--task", "PickCube", "--episodes", "5", "--out", out], capsys)
     monkeypatch.undo()
     said = err.strip().splitlines()  # a line per committed episode, then one line for the interruption
@@ -515,24 +519,7 @@ def _disk_full(filename="chunk"):
 
 def test_record_into_a_full_disk_is_one_line_keeps_its_episodes_and_appends_after(tmp_path, capsys, monkeypatch):
     out = tmp_path / "rec.zarr"
-    real_add = EpisodeStore.add_episode
-    calls = []
-
-    def add_until_the_disk_fills(self, ep):
-        calls.append(1)
-        if len(calls) == 3:  # the third episode's first frames fit, then the disk is full
-            real_setitem, writes = zarr.Array.__setitem__, []
-
-            def setitem(array, selection, value):
-                if len(writes) == 2:
-                    raise _disk_full(str(out / "data/state/c/0/0"))
-                writes.append(1)
-                real_setitem(array, selection, value)
-
-            monkeypatch.setattr(zarr.Array, "__setitem__", setitem)
-        return real_add(self, ep)
-
-    monkeypatch.setattr(EpisodeStore, "add_episode", add_until_the_disk_fills)
+    cut_the_third_episode(monkeypatch, _disk_full(str(out / "data/state/c/0/0")))
     code, _, err = cli(["record", "--task", "PickCube", "--episodes", "5", "--out", out], capsys)
     monkeypatch.undo()
     said = err.strip().splitlines()

@@ -140,7 +140,7 @@ def _cmd_data(args) -> int:
         return _data_check(args.store, args.repair)
     if command == "info":
         return _data_info(args.store, args.json)
-    out = args.out or f"{str(args.store).rstrip('/')}.view.gif" if command == "view" else args.out
+    out = (args.out or f"{str(args.store).rstrip('/')}.view.gif") if command == "view" else args.out
     try:
         if command in ("view", "export-video"):
             result = tools.export_video(args.store, out, args.episodes, getattr(args, "fps", None))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.data import chunks
-from robot_rl.data.store import INTEGRITY, EpisodeStore, episode_digest
+from robot_rl.data.store import INTEGRITY, EpisodeStore
 from robot_rl.data.tools import format_episodes
 
 
@@ -60,14 +60,13 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
                     per_episode.setdefault(i, []).append(text)
                 if not hit:
                     problems.append(f"{text} (frames {damage.start}-{damage.stop - 1})")
-    if store._digests_array is not None:  # each intact episode against the digest of its commit
+    if store.has_digests:  # each intact episode against the digest of its commit
         for i in range(len(ends)):
             if i in per_episode:
                 continue
             start, stop = (int(ends[i - 1]) if i else 0), int(ends[i])
-            want = store.recorded_digest(stop)
             frames = {k: store._read(a, store.path / "data" / k, start, stop) for k, a in store.arrays.items()}
-            if want is not None and episode_digest(frames) != want:
+            if not store.digest_matches(stop, frames):
                 per_episode[i] = ["its frames do not match the digest recorded when it was committed: a chunk holds "
                                   "other frames than its own (copied or moved from elsewhere)"]
     damaged = sorted(per_episode)
@@ -80,7 +79,7 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
                      "--out NEW")
     return {"path": str(path), "ok": not problems and not damaged,
             "integrity": INTEGRITY if store.every_chunk_written else None,
-            "episode_digests": store._digests_array is not None, "episodes": len(ends), "damaged_episodes": damaged,
+            "episode_digests": store.has_digests, "episodes": len(ends), "damaged_episodes": damaged,
             "episode_problems": {str(i): per_episode[i] for i in damaged}, "problems": problems,
             "fix": found.fix, "repaired": repaired, "hint": hint}
 

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.data.store import FRAME_FIELDS, EpisodeStore
+from robot_rl.data.store import DIGESTS, FRAME_FIELDS, EpisodeStore
 
 INDEX = "meta/episode_ends"
-DIGESTS = "meta/episode_digests"  # (end frame, digest) per committed episode; stores made before it have none
 # the store's own attributes: shown in the header, the others under "recorded with"
 FORMAT_ATTRS = ("format", "schema_version", "integrity", "task", "robot", "control_hz", "cameras", "image_codec")
 
@@ -69,7 +68,7 @@ def _episodes(store: EpisodeStore) -> dict:
 def _sizes(store: EpisodeStore) -> dict:
     arrays = {f"data/{name}": _array_row(store, name, array, store.n_frames) for name, array in store.arrays.items()}
     arrays[INDEX] = _array_row(store, INDEX, store.group[INDEX], len(store))
-    if (store.path / DIGESTS / "zarr.json").is_file():
+    if store.has_digests:
         digests = store.group[DIGESTS]
         arrays[DIGESTS] = _array_row(store, DIGESTS, digests, digests.shape[0])
     return {

@@ -334,12 +334,22 @@ class EpisodeStore:
             self._digests = {int(e): int(d) for e, d in pairs}  # a later entry for the same end wins
         return self._digests.get(int(end))
 
+    @property
+    def has_digests(self) -> bool:
+        """Whether the store records a digest per committed episode (stores made before it do not)."""
+        return self._digests_array is not None
+
+    def digest_matches(self, end: int, episode: dict[str, np.ndarray]) -> bool:
+        """``episode`` (every field, read whole) is the one committed ending at frame ``end``, or
+        no digest was recorded for it."""
+        want = self.recorded_digest(end)
+        return want is None or episode_digest(episode) == want
+
     def verify_digest(self, index: int, episode: dict[str, np.ndarray]) -> None:
         """Raise StoreError unless ``episode`` (episode ``index`` read whole) has the digest
         recorded at its commit."""
         start, stop = self.episode_range(index)
-        want = self.recorded_digest(stop)
-        if want is not None and episode_digest(episode) != want:
+        if not self.digest_matches(stop, episode):
             raise StoreError(f"{self.path}: episode {index} (frames {start}-{stop - 1}) does not match the digest "
                              "recorded when it was committed: a chunk holds other frames than its own (copied or "
                              f"moved from elsewhere); `robot-rl data check {self.path}` lists the damaged episodes")

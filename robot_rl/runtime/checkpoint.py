@@ -141,14 +141,19 @@ def network_of(cfg: SACConfig) -> dict:
     return net
 
 
+def network_differences(there: dict, here: dict, there_name: str, here_name: str) -> str:
+    """``network_of`` descriptions compared: what differs, in words ("" when nothing does)."""
+    return "; ".join(f"{key} {there.get(key)} in {there_name}, {value} in {here_name}" for key, value in here.items()
+                     if there.get(key) != value)
+
+
 def check_same_network(saved: SACConfig, wanted: SACConfig, ckpt: Path, source: str) -> None:
     """Raise CheckpointError (one line naming ``ckpt`` and ``source``) unless the checkpoint's
     agent (``saved``) has the networks an agent of ``wanted`` (the run's own config) has: a
     checkpoint copied from another run is refused, not half-loaded."""
-    there, here = network_of(saved), network_of(wanted)
-    differ = [f"{key} {there[key]} in the checkpoint, {here[key]} in {source}" for key in here if there[key] != here[key]]
+    differ = network_differences(network_of(saved), network_of(wanted), "the checkpoint", source)
     if differ:
-        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run: {'; '.join(differ)}. It is not "
+        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run: {differ}. It is not "
                               "this run's checkpoint: use one of the run's own, or start a new run")
 
 
@@ -159,11 +164,9 @@ def check_recorded_network(saved: SACConfig, ckpt: Path) -> None:
     recorded = read_state(ckpt).get("network")
     if recorded is None:
         return
-    there = network_of(saved)
-    differ = [f"{key} {there.get(key)} in agent.safetensors, {value} in state.json" for key, value in recorded.items()
-              if there.get(key) != value]
+    differ = network_differences(network_of(saved), recorded, "agent.safetensors", "state.json")
     if differ:
-        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run wrote there: {'; '.join(differ)}. "
+        raise CheckpointError(f"checkpoint {ckpt} holds another network than its run wrote there: {differ}. "
                               "Its agent.safetensors is not this run's: use one of the run's own checkpoints")
 
 
