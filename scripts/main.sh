@@ -24,7 +24,7 @@
 #      <run>/report.md (curves, both rounds' classifier figures).
 # Each stage says "stage k of n", what it does and how long it should take; long loops print a
 # progress line at least every 15 s, and any 20 s without output gets a "still running" line.
-# STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 4000) the classifier's
+# STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 2000) the classifier's
 # training steps, TASK (default PickCube) the sim task (`robot-rl sim tasks`), HUMAN (default 0.5)
 # the simulated human's eagerness in [0, 1] (0: no human), OBS=state trains the sim-only state
 # policy (privileged object poses) instead; extra arguments go to `robot-rl train`. STACK=ros
@@ -35,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/progress.sh
 STEPS="${STEPS:-10000}"
-CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-4000}"
+CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-2000}"
 ENCODER_STEPS="${ENCODER_STEPS:-1000}"
 OBS="${OBS:-pixels}"
 TASK="${TASK:-PickCube}"

@@ -40,6 +40,7 @@ caller reads them when it wants to (``metrics_to_floats``), e.g. every N updates
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -72,6 +73,20 @@ def metrics_to_floats(metrics: dict) -> dict[str, float]:
     out = {k: float(v) for k, v in metrics.items() if not torch.is_tensor(v)}
     out.update(zip(names, values))
     return {k: out[k] for k in metrics}
+
+
+@contextlib.contextmanager
+def weights_without_grad(module: nn.Module):
+    """Within: ``module``'s own weights get no gradient (the actor's loss reads Q through the action
+    only; the critic's weight gradients it would add are never used, and backward skips them)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
@@ -397,7 +412,8 @@ class SACAgent(nn.Module):
             feat = b["feat"] if "feat" in b else self.encoder(b["obs"]).detach()
             base_feat = self.base_features(b["obs"], feat)
             action, log_prob, mean = self.policy(feat, base_feat)
-            q = self.critic(feat, action).float().mean(0)
+            with weights_without_grad(self.critic):  # Q differentiated through the action alone
+                q = self.critic(feat, action).float().mean(0)
         log_prob, mean = log_prob.float(), mean.float()
         q_scale = q.abs().mean().detach().clamp_min(1e-3)
         loss = (self.alpha.detach() * log_prob - q).mean()
