@@ -73,10 +73,10 @@ else
   HUMAN_TEXT=" and a simulated human (eagerness $HUMAN)"
 fi
 if [ "$STACK" = ros ]; then STAGES=6; elif [ "$OBS" = state ]; then STAGES=7; else STAGES=8; fi
-# minutes a stage takes alone on 2 CPU cores (measured on a fresh clone, 2026-11-24: 19 min in all;
-# with the cores shared, e.g. with a test run, about 1.7x as long)
+# minutes a stage takes alone on 2 CPU cores (measured on fresh clones, 2026-11-25, the human in the
+# loop: 23-25 min in all; with the cores shared, e.g. with a test run, about 1.5x as long)
 minutes() { echo "about $(( ($1 + 59) / 60 )) min"; }
-per_step_ms=$([ "$OBS" = state ] && echo 80 || echo 70)  # a training env step with its updates and evaluations
+per_step_ms=$([ "$OBS" = state ] && echo 80 || echo 90)  # a training env step with its updates and evaluations
 
 stage "set-up: .venv/ with robot_rl and its dependencies" "about 2 min the first time, seconds after"
 quiet_guard bash scripts/setup.sh
@@ -144,7 +144,7 @@ else
   quiet_guard $R train --task "$TASK" "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
       --simulated-human "$HUMAN" --intervention-bc-steps 1 "${RECIPE[@]}" --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
   stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
-      "about 1 min (3 more if it retrains)"
+      "about 1 min (2 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300
   # the classifier was calibrated for 1% false positives (classifier train's --target-fpr default)
   if .venv/bin/python -c "import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))['fpr'] > 0.01 else 1)" \

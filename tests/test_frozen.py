@@ -514,7 +514,8 @@ PIXEL_STEPS = 3000
 # measured on this 2-core machine (one seed gives one run): clone 0.85, 0.95 after 3,000 steps with
 # the simulated human; without it the policy is still in its early dip at 3,000 steps (a clone of
 # 100 BC steps 0.85 -> 0.50, of 50 steps 0.65 -> 0.20), see docs/CALIBRATION.md
-PIXEL_MARGIN = 0.1
+PIXEL_FAILURES_LEFT = 0.5  # "past the clone": at most half the cloned policy's failures are left (a clone at 0.85
+# must reach 0.95 over 20 episodes, one at 0.90 too; a fixed +0.1 asked 1.00 of a 0.90 clone)
 PIXEL_FLOOR = 0.85
 
 
@@ -525,7 +526,8 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     behaviour-cloning backbone pretrained on them and frozen, features cached in the replay,
     ground-truth reward, and the simulated human as the main job runs it (eagerness 0.5, its
     corrections also cloned into the base, the grasp head greedy, target entropy -|A|). The base is cloned briefly (200 steps); 3,000 online
-    steps must lift the policy alone past it, over 20 evaluation episodes each. The learner
+    steps must lift the policy alone past it (at most half its failures left), over 20 evaluation
+    episodes each. The learner
     runs inline (one seed gives one run either way)."""
     from robot_rl.agents.pretrain import pretrain_encoder
     from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
@@ -549,5 +551,5 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 20
     assert summary["updates"] >= 2 * PIXEL_STEPS and summary["demos"] == 20
     assert summary["interventions"] > 0  # the human corrected the learning policy; the evaluations ran it alone
-    assert summary["final_success_rate"] >= cloned + PIXEL_MARGIN, summary["evals"]
+    assert 1 - summary["final_success_rate"] <= PIXEL_FAILURES_LEFT * (1 - cloned) + 1e-9, summary["evals"]
     assert summary["final_success_rate"] >= PIXEL_FLOOR, summary["evals"]
