@@ -363,3 +363,42 @@ def test_metrics_to_floats_reads_tensors_and_floats_in_order():
     out = metrics_to_floats(metrics)
     assert list(out) == ["a", "b", "c"] and out["a"] == 1.5 and out["b"] == 2.0 and np.isnan(out["c"])
     assert metrics_to_floats({}) == {}
+
+
+def test_the_actor_update_reads_q_through_the_action_alone(monkeypatch):
+    """The actor's loss differentiates Q through the action only (``weights_without_grad``): its
+    step is the one it was when backward also filled the critic's weight gradients, the critic's
+    gradients from its own step are left as they were, and its weights train again afterwards."""
+    import contextlib
+    import copy
+
+    from robot_rl.agents import sac
+
+    agent = _agent()
+    b = agent._batch(_batch(16))
+    agent._encode_next(b)
+    agent.update_critic(b)
+    reference = copy.deepcopy(agent)
+    critic_grads = [p.grad.clone() for p in agent.critic.parameters()]
+    torch.manual_seed(1)
+    agent.update_actor(b)
+    assert all(torch.equal(g, p.grad) for g, p in zip(critic_grads, agent.critic.parameters()))
+    assert all(p.requires_grad for p in agent.critic.parameters())
+
+    monkeypatch.setattr(sac, "weights_without_grad", lambda module: contextlib.nullcontext())  # the old way
+    torch.manual_seed(1)
+    reference.update_actor(b)
+    assert not all(torch.equal(g, p.grad) for g, p in zip(critic_grads, reference.critic.parameters()))
+    for mine, theirs in zip(agent.actor.parameters(), reference.actor.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+
+def test_weights_without_grad_gives_the_weights_back_after_an_error():
+    from robot_rl.agents.sac import weights_without_grad
+
+    critic = CriticEnsemble(2, 4, 2, hidden=(8,))
+    with pytest.raises(RuntimeError):
+        with weights_without_grad(critic):
+            assert not any(p.requires_grad for p in critic.parameters())
+            raise RuntimeError("a failed forward")
+    assert all(p.requires_grad for p in critic.parameters())

@@ -269,3 +269,17 @@ def test_multi_camera_encoder_concatenates_one_encoder_per_camera():
 def test_multi_camera_encoder_refuses_bad_camera_lists(cameras, match):
     with pytest.raises(ValueError, match=match):
         MultiCameraEncoder(cameras, (32, 32))
+
+
+def test_the_frozen_head_reads_float16_channels_last_features_as_their_float32_values():
+    """The pooling converts the cached float16 feature maps in its one layout copy: the same
+    output as float32 features of the same values."""
+    from robot_rl.agents.encoders import FeatureHead
+
+    torch.manual_seed(0)
+    head = FeatureHead((5, 5, 32), out_dim=16)
+    half = torch.randn(3, 5, 5, 32).half()
+    torch.testing.assert_close(head(half), head(half.float()), rtol=0, atol=0)
+    pooled = head.pool(half.float().permute(0, 3, 1, 2))
+    expected = torch.einsum("bchw,hwcf->bcf", half.float().permute(0, 3, 1, 2), head.pool.kernel).reshape(3, -1)
+    torch.testing.assert_close(pooled, expected)
