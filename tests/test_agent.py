@@ -29,6 +29,32 @@ def _agent(**kw):
     return SACAgent(SACConfig(state_dim=8, hidden=(32, 32), gripper_width_index=0, **kw))
 
 
+def _encoded(agent, b):
+    """An update's encodings of a device batch: (feat, next_feat, next_target_feat, next_base_feat)."""
+    with torch.no_grad():
+        next_feat = agent.encoder(b.next_obs)
+        return (agent.encoder(b.obs), next_feat, agent.target_encoder(b.next_obs),
+                agent.base_features(b.next_obs, next_feat))
+
+
+def _critic_loss(agent, b):
+    feat, next_feat, next_target, next_base = _encoded(agent, b)
+    return agent.critic_loss(feat, b.action[:, : agent.config.motion_dim], b.reward, b.bootstrap, next_feat,
+                             next_target, next_base)
+
+
+def _grasp_loss(agent, b):
+    feat, next_feat, next_target, _ = _encoded(agent, b)
+    return agent.grasp_loss(feat, b.obs["state"], b.action[:, -1], b.reward, b.bootstrap, next_feat, next_target,
+                            b.demo_rows)
+
+
+def _actor_loss(agent, b):
+    feat = _encoded(agent, b)[0]
+    return agent.actor_loss(feat, agent.base_features(b.obs, feat), b.action[:, : agent.config.motion_dim],
+                            b.demo_rows)
+
+
 def test_ensemble_linear_equals_separate_layers():
     layer = EnsembleLinear(4, 5, 3)
     x = torch.randn(4, 7, 5)
@@ -75,7 +101,7 @@ def test_grasp_penalty_only_for_commands_that_toggle_the_gripper():
     batch = _batch(n, action=action, reward=np.zeros(n, np.float32))
     batch["obs"]["state"][:, 0] = [0.08, 0.0, 0.08, 0.0, 0.08, 0.0]  # open, closed, ...
     b = agent._batch(batch)
-    reward = agent.grasp_reward(b)
+    reward = agent.grasp_reward(b.obs["state"], gripper_index(b.action[:, -1]), b.reward)
     p = agent.config.grasp_penalty
     # close while open toggles, close while closed does not; open while closed toggles
     assert reward.tolist() == pytest.approx([-p, 0.0, 0.0, -p, 0.0, 0.0])
@@ -88,11 +114,12 @@ def test_grasp_critic_target_is_double_dqn():
     with torch.no_grad():
         for p in agent.target_grasp.parameters():  # online and target heads must disagree
             p.add_(0.5 * torch.randn_like(p))
-        next_online = agent.grasp(agent.encoder(b["next_obs"]))
-        next_target = agent.target_grasp(agent.target_encoder(b["next_obs"]))
+        next_online = agent.grasp(agent.encoder(b.next_obs))
+        next_target = agent.target_grasp(agent.target_encoder(b.next_obs))
         chosen = next_online.argmax(-1)
-        expected = agent.grasp_reward(b) + b["bootstrap"] * next_target.gather(1, chosen[:, None]).squeeze(1)
-        plain_dqn = agent.grasp_reward(b) + b["bootstrap"] * next_target.max(-1).values
+        reward = agent.grasp_reward(b.obs["state"], gripper_index(b.action[:, -1]), b.reward)
+        expected = reward + b.bootstrap * next_target.gather(1, chosen[:, None]).squeeze(1)
+        plain_dqn = reward + b.bootstrap * next_target.max(-1).values
     assert not torch.allclose(expected, plain_dqn), "heads agree: the test could not tell double DQN from DQN"
     captured = {}
     original = torch.nn.functional.mse_loss
@@ -105,7 +132,7 @@ def test_grasp_critic_target_is_double_dqn():
 
     sac.F.mse_loss = spy
     try:
-        agent.update_grasp_critic(b)
+        _grasp_loss(agent, b)
     finally:
         sac.F.mse_loss = original
     torch.testing.assert_close(captured["y"], expected)
@@ -120,7 +147,7 @@ def test_grasp_margin_makes_demonstrated_command_greedy():
     for _ in range(150):
         agent.update(batch, update_actor=False)
     with torch.no_grad():
-        greedy = agent.grasp(agent.encoder(agent._batch(batch)["obs"])).argmax(-1)
+        greedy = agent.grasp(agent.encoder(agent._batch(batch).obs)).argmax(-1)
     assert (greedy == 2).float().mean() > 0.9
 
 
@@ -142,16 +169,16 @@ def test_redq_target_is_the_min_over_a_random_subset_of_the_target_ensemble(monk
     for seed in range(8):
         b = agent._batch(_batch(16, seed=seed))
         with torch.no_grad():
-            q = agent.critic(agent.encoder(b["obs"]), b["action"][:, : agent.config.motion_dim])
-        loss = agent.update_critic(b)["critic_loss"].item()
+            q = agent.critic(agent.encoder(b.obs), b.action[:, : agent.config.motion_dim])
+        loss = _critic_loss(agent, b)[0].item()
         ((features, action, members),) = calls[-1:]
         subset = sorted(members.tolist())
         assert len(subset) == 2 and len(set(subset)) == 2 and all(0 <= i < 10 for i in subset)
         subsets.append(tuple(subset))
         with torch.no_grad():
             every = target_forward(features, action)  # [10, B]: all target critics
-        y_subset = b["reward"] + b["bootstrap"] * every[members].min(0).values
-        y_all = b["reward"] + b["bootstrap"] * every.min(0).values
+        y_subset = b.reward + b.bootstrap * every[members].min(0).values
+        y_all = b.reward + b.bootstrap * every.min(0).values
         assert loss == pytest.approx(((q - y_subset) ** 2).mean(1).sum().item(), rel=1e-5)
         assert loss != pytest.approx(((q - y_all) ** 2).mean(1).sum().item(), rel=1e-5)  # not the full ensemble
     assert len(set(subsets)) > 1, subsets  # a fresh draw per update
@@ -376,18 +403,17 @@ def test_the_actor_update_reads_q_through_the_action_alone(monkeypatch):
 
     agent = _agent()
     b = agent._batch(_batch(16))
-    agent._encode_next(b)
-    agent.update_critic(b)
+    sac._step(agent.critic_opt, _critic_loss(agent, b)[0])
     reference = copy.deepcopy(agent)
     critic_grads = [p.grad.clone() for p in agent.critic.parameters()]
     torch.manual_seed(1)
-    agent.update_actor(b)
+    sac._step(agent.actor_opt, _actor_loss(agent, b)[0])
     assert all(torch.equal(g, p.grad) for g, p in zip(critic_grads, agent.critic.parameters()))
     assert all(p.requires_grad for p in agent.critic.parameters())
 
     monkeypatch.setattr(sac, "weights_without_grad", lambda module: contextlib.nullcontext())  # the old way
     torch.manual_seed(1)
-    reference.update_actor(b)
+    sac._step(reference.actor_opt, _actor_loss(reference, b)[0])
     assert not all(torch.equal(g, p.grad) for g, p in zip(critic_grads, reference.critic.parameters()))
     for mine, theirs in zip(agent.actor.parameters(), reference.actor.parameters()):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
@@ -402,3 +428,63 @@ def test_weights_without_grad_gives_the_weights_back_after_an_error():
             assert not any(p.requires_grad for p in critic.parameters())
             raise RuntimeError("a failed forward")
     assert all(p.requires_grad for p in critic.parameters())
+
+
+def test_q_filtered_behaviour_cloning_trains_the_actor_as_unfiltered_cloning_where_the_filter_passes():
+    """bc_weight with the Q filter: where the critic rates the demo action at least as high as
+    the policy's (here: a critic rating every action alike), the actor's step is the unfiltered
+    one, BC gradient included (the filter's mask once swallowed that gradient: the term was a
+    constant)."""
+    from robot_rl.agents import sac
+
+    filtered, plain = _agent(bc_weight=10.0, q_filter=True), _agent(bc_weight=10.0, q_filter=False)
+    batch = _batch(16)
+    batch["is_demo"][:] = True
+    for agent in (filtered, plain):
+        with torch.no_grad():
+            agent.critic.net[-1].weight.zero_()  # every action equally good: the filter lets every row through
+    steps = []
+    for agent in (filtered, plain):
+        b = agent._batch(batch)
+        torch.manual_seed(3)
+        loss, _, metrics = _actor_loss(agent, b)
+        assert metrics["bc_loss"].item() > 0
+        sac._step(agent.actor_opt, loss)
+        steps.append([p.detach().clone() for p in agent.actor.parameters()])
+    for a, b in zip(*steps):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    no_bc = _agent(bc_weight=10.0, q_filter=True)
+    with torch.no_grad():
+        no_bc.critic.net[-1].weight.zero_()
+    batch["is_demo"][:] = False
+    torch.manual_seed(3)
+    sac._step(no_bc.actor_opt, _actor_loss(no_bc, no_bc._batch(batch))[0])
+    assert any(not torch.equal(a, p) for a, p in zip(steps[0], no_bc.actor.parameters())), "the BC term moved nothing"
+
+
+def test_the_actor_loss_weighs_its_terms_the_same_with_and_without_demo_rows():
+    """One formula: sac / q_scale + bc_weight * bc + residual_penalty * deviation. A batch without
+    demo rows has bc = 0, and the SAC term is still divided by mean |Q|."""
+    agent = _agent(bc_weight=2.5)
+    batch = _batch(16)
+    batch["is_demo"][:] = False
+    b = agent._batch(batch)
+    torch.manual_seed(3)
+    loss, log_prob, metrics = _actor_loss(agent, b)
+    assert metrics["bc_loss"].item() == 0.0
+    torch.manual_seed(3)
+    with torch.no_grad():
+        feat = agent.encoder(b.obs)
+        action, log_prob, _ = agent.policy(feat)
+        q = agent.critic(feat, action).mean(0)
+        expected = (agent.alpha * log_prob - q).mean() / q.abs().mean().clamp_min(1e-3)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    plain = _agent()  # no imitation term: the SAC term as it is
+    torch.manual_seed(3)
+    loss, _, _ = _actor_loss(plain, plain._batch(batch))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        feat = plain.encoder(plain._batch(batch).obs)
+        action, log_prob, _ = plain.policy(feat)
+        expected = (plain.alpha * log_prob - plain.critic(feat, action).mean(0)).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)

@@ -403,7 +403,7 @@ def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, sto
 
 def test_encoder_pretrain_measures_the_classifiers_and_your_resnet18(tmp_path, store, capsys):
     from robot_rl.agents.encoders import ResNet18Trunk
-    from robot_rl.agents.pretrain import from_classifier
+    from robot_rl.commands.encoder import from_classifier
     from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
 
     torch.manual_seed(0)
@@ -427,7 +427,7 @@ def test_encoder_pretrain_measures_the_classifiers_and_your_resnet18(tmp_path, s
 
 
 def test_encoder_pretrain_bad_input_is_one_line_before_any_training(tmp_path, store, capsys, monkeypatch):
-    from robot_rl.agents import pretrain
+    from robot_rl.commands import encoder as pretrain
     from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
 
@@ -529,7 +529,7 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     steps must lift the policy alone past it (at most half its failures left), over 20 evaluation
     episodes each. The learner
     runs inline (one seed gives one run either way)."""
-    from robot_rl.agents.pretrain import pretrain_encoder
+    from robot_rl.commands.encoder import pretrain_encoder
     from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
     from robot_rl.commands.record import record_rollouts
     from robot_rl.commands.train import TrainConfig, train

@@ -20,7 +20,7 @@ def one_thread():
 
 def test_a_pixel_run_learns_from_the_simulated_humans_takeovers(tmp_path, capsys):
     from robot_rl.agents.frozen import read_encoder_meta
-    from robot_rl.agents.pretrain import pretrain_encoder
+    from robot_rl.commands.encoder import pretrain_encoder
     from robot_rl.commands.record import record_rollouts
     from robot_rl.commands.train import TrainConfig, train
     from robot_rl.data.store import EpisodeStore

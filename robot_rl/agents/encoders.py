@@ -37,11 +37,37 @@ __all__ = [
     "make_image_encoder",
     "MultiCameraEncoder",
     "ENCODER_KINDS",
+    "DRQ_STRIDES",
+    "ImagePreprocess",
 ]
 
 ENCODER_KINDS = ("drq", "resnet18", "frozen")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# DrQ's conv strides, the CPU-friendly variant (about 6x fewer FLOPs at 64x64 than DrQ-v2's
+# (2, 1, 1, 1), which a GPU user can pass for the original)
+DRQ_STRIDES = (2, 2, 2, 1)
+
+
+# --------------------------------------------------------------------------- #
+# Preprocessing: the one way camera images enter a network
+# --------------------------------------------------------------------------- #
+class ImagePreprocess(nn.Module):
+    """uint8 images ``[B, H, W, 3]`` -> float32 ``[B, 3, H, W]``: ``x / 255 - 0.5`` for DrQ's
+    convs, ImageNet's mean/std normalisation (``imagenet=True``) for a ResNet trunk. Shared by the
+    trainable encoders and the frozen backbones, so a feature cache and the network that reads
+    images see the same numbers."""
+
+    def __init__(self, imagenet: bool = False):
+        super().__init__()
+        self.imagenet = imagenet
+        if imagenet:
+            self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+            self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float() / 255.0
+        return (x - self.mean) / self.std if self.imagenet else x - 0.5
 
 
 # --------------------------------------------------------------------------- #
@@ -150,8 +176,10 @@ def _projection(in_dim: int, out_dim: int) -> nn.Sequential:
 # --------------------------------------------------------------------------- #
 # DrQ conv encoder
 # --------------------------------------------------------------------------- #
-def drq_convnet(channels: int = 32, strides: tuple[int, ...] = (2, 2, 2, 1)) -> nn.Sequential:
-    """DrQ's conv stack: 3x3 convs + ReLU, ``channels`` wide (weights left at torch's init)."""
+def drq_convnet(channels: int = 32, strides: tuple[int, ...] = DRQ_STRIDES) -> nn.Sequential:
+    """DrQ's conv stack: 3x3 convs + ReLU, ``channels`` wide, at torch's default init (its users
+    then apply ``weight_init``: the trainable encoder after building its head, so that the random
+    draws keep their order)."""
     layers: list[nn.Module] = []
     for i, stride in enumerate(strides):
         layers += [nn.Conv2d(3 if i == 0 else channels, channels, 3, stride=stride), nn.ReLU()]
@@ -169,10 +197,9 @@ def drq_feature_size(image_size, strides: tuple[int, ...]) -> tuple[int, int]:
 class DrQConvEncoder(nn.Module):
     """DrQ(-v2) encoder: 4 conv3x3 (+ReLU), pooling, projection.
 
-    ``strides`` default (2, 2, 2, 1) is the CPU-friendly variant (about 6x fewer FLOPs at
-    64x64 than DrQ-v2's (2, 1, 1, 1), which a GPU user can pass for the original).
+    ``strides``: ``DRQ_STRIDES`` by default.
 
-    Input: uint8 ``[B, H, W, 3]``; scaled to ``x / 255 - 0.5`` and made NCHW.
+    Input: uint8 ``[B, H, W, 3]`` (``ImagePreprocess``: ``x / 255 - 0.5``, NCHW).
     ``pooling="spatial"`` uses ``SpatialLearnedEmbeddings``; ``"flatten"``
     flattens the feature map as DrQ-v2 does. Output ``[B, out_dim]`` in (-1, 1).
     """
@@ -184,7 +211,7 @@ class DrQConvEncoder(nn.Module):
         out_dim: int = 64,
         pooling: str = "spatial",
         num_spatial_features: int = 8,
-        strides: tuple[int, ...] = (2, 2, 2, 1),
+        strides: tuple[int, ...] = DRQ_STRIDES,
     ):
         super().__init__()
         if len(strides) != 4:
@@ -195,6 +222,7 @@ class DrQConvEncoder(nn.Module):
         self.out_dim = out_dim
         self.pooling = pooling
 
+        self.preprocess = ImagePreprocess()
         self.convnet = drq_convnet(channels, strides)
         fh, fw = drq_feature_size(self.image_size, strides)
         if fh < 1 or fw < 1:
@@ -213,8 +241,7 @@ class DrQConvEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.image_size, type(self).__name__)
-        x = images.permute(0, 3, 1, 2).float() / 255.0 - 0.5
-        return self.projection(self.pool(self.convnet(x)))
+        return self.projection(self.pool(self.convnet(self.preprocess(images))))
 
 
 # --------------------------------------------------------------------------- #
@@ -362,8 +389,7 @@ class ResNet18Encoder(nn.Module):
             self.trunk.requires_grad_(False)
             self.trunk.eval()
 
-        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+        self.preprocess = ImagePreprocess(imagenet=True)
         fh, fw = ResNet18Trunk.feature_size(*self.image_size)
         self.pool = SpatialLearnedEmbeddings(fh, fw, ResNet18Trunk.out_channels, num_spatial_features)
         self.projection = _projection(self.pool.out_dim, out_dim)
@@ -377,9 +403,7 @@ class ResNet18Encoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.image_size, type(self).__name__)
-        x = images.permute(0, 3, 1, 2).float() / 255.0
-        x = (x - self.mean) / self.std
-        return self.projection(self.pool(self.trunk(x)))
+        return self.projection(self.pool(self.trunk(self.preprocess(images))))
 
 
 # --------------------------------------------------------------------------- #

@@ -25,12 +25,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from robot_rl.agents.encoders import (IMAGENET_MEAN, IMAGENET_STD, ResNet18Trunk, drq_convnet, drq_feature_size,
+from robot_rl.agents.encoders import (DRQ_STRIDES, ImagePreprocess, ResNet18Trunk, drq_convnet, drq_feature_size,
                                       load_resnet18_weights, weight_init)
 from robot_rl.errors import UserFacingError
 
 BACKBONES = ("drq", "resnet18")
-DRQ_BACKBONE = {"backbone": "drq", "channels": 32, "strides": [2, 2, 2, 1]}  # the trainable encoder's conv stack
+DRQ_BACKBONE = {"backbone": "drq", "channels": 32, "strides": list(DRQ_STRIDES)}  # the trainable encoder's conv stack
 ENCODER_FILE = "encoder.safetensors"
 
 
@@ -38,7 +38,7 @@ class FrozenEncoderError(UserFacingError):
     """An encoder folder that cannot be used, or features / a checkpoint of another encoder."""
 
 
-def conv_backbone(channels: int = 32, strides: tuple[int, ...] = (2, 2, 2, 1)) -> nn.Sequential:
+def conv_backbone(channels: int = 32, strides: tuple[int, ...] = DRQ_STRIDES) -> nn.Sequential:
     """DrQ's conv stack (3x3 convs + ReLU), the trainable encoder's own trunk."""
     net = drq_convnet(channels, strides)
     net.apply(weight_init)
@@ -67,15 +67,12 @@ class Backbone(nn.Module):
             self.net = conv_backbone(int(meta["channels"]), tuple(meta["strides"]))
         elif self.kind == "resnet18":
             self.net = ResNet18Trunk()
-            self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
-            self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
         else:
             raise FrozenEncoderError(f"unknown backbone {self.kind!r}; choose one of {list(BACKBONES)}")
+        self.preprocess = ImagePreprocess(imagenet=self.kind == "resnet18")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.permute(0, 3, 1, 2).float() / 255.0
-        x = (x - self.mean) / self.std if self.kind == "resnet18" else x - 0.5
-        return self.net(x).permute(0, 2, 3, 1)
+        return self.net(self.preprocess(images)).permute(0, 2, 3, 1)
 
 
 def weights_sha(state: dict[str, torch.Tensor]) -> str:

@@ -1,5 +1,9 @@
 """Soft Actor-Critic with the RLPD recipe, readable top to bottom.
 
+``SACAgent.update`` is the whole update on one screen: encode each view once, then a gradient
+step on each of ``critic_loss``, ``grasp_loss``, ``actor_loss`` and ``temperature_loss`` in that
+order (each takes tensors and returns its loss and metrics), then the target networks.
+
     critic    : an ensemble of LayerNorm MLPs (one batched module), target = min over a random
                 subset of the target ensemble (REDQ), optional entropy in the backup, n-step
                 returns come from the replay as (reward, bootstrap).
@@ -45,6 +49,7 @@ import copy
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -87,6 +92,23 @@ def weights_without_grad(module: nn.Module):
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+class Batch(NamedTuple):
+    """A replay batch on the agent's device (images uint8 and shifted, or cached features)."""
+
+    obs: dict[str, torch.Tensor]
+    next_obs: dict[str, torch.Tensor]
+    action: torch.Tensor  # [B, action_dim]
+    reward: torch.Tensor  # [B]
+    bootstrap: torch.Tensor  # [B]: discount^m, 0 at termination
+    demo_rows: torch.Tensor | None  # the demo rows' indices (None: no demo row)
 
 
 def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
@@ -270,26 +292,21 @@ class SACAgent(nn.Module):
             out[cam] = random_shift(x, pad) if augment and pad else x
         return out
 
-    def _batch(self, batch: dict) -> dict:
+    def _batch(self, batch: dict) -> Batch:
         n = len(batch["reward"])
-        is_demo = np.asarray(batch.get("is_demo", np.zeros(n, bool)), bool)
-        demo_rows = np.flatnonzero(is_demo)  # known on the host: no device sync to find them
-        return {
-            "obs": self._obs(batch["obs"], augment=True),
-            "next_obs": self._obs(batch["next_obs"], augment=True),
-            "action": self._to_device(batch["action"], torch.float32),
-            "reward": self._to_device(batch["reward"], torch.float32),
-            "bootstrap": self._to_device(batch["bootstrap"], torch.float32),
-            "is_demo": self._to_device(is_demo),
-            "demo_rows": self._to_device(demo_rows) if demo_rows.size else None,
-        }
+        demo_rows = np.flatnonzero(np.asarray(batch.get("is_demo", np.zeros(n, bool)), bool))  # on the host: no sync
+        return Batch(obs=self._obs(batch["obs"], augment=True), next_obs=self._obs(batch["next_obs"], augment=True),
+                     action=self._to_device(batch["action"], torch.float32),
+                     reward=self._to_device(batch["reward"], torch.float32),
+                     bootstrap=self._to_device(batch["bootstrap"], torch.float32),
+                     demo_rows=self._to_device(demo_rows) if demo_rows.size else None)
 
     def _autocast(self):
         """bf16 autocast for forward passes when ``autocast_bf16`` is set, else a no-op."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.autocast_bf16)
 
     def fit_normalizer(self, states: np.ndarray) -> None:
-        s = torch.as_tensor(states, dtype=torch.float32, device=self.config.device)
+        s = torch.as_tensor(states, dtype=torch.float32, device=self.device)
         self.encoder.normalizer.fit(s)
         self.target_encoder.normalizer.fit(s)
         if self.base_encoder is not None:
@@ -332,119 +349,133 @@ class SACAgent(nn.Module):
             out[-1] = GRASP_VALUES[idx]
         return out
 
-    # ---- updates -----------------------------------------------------------------------
+    # ---- the update --------------------------------------------------------------------
     def update(self, batch: dict, update_actor: bool = True) -> dict[str, torch.Tensor]:
-        """One gradient step on critic (+ grasp head), and on actor and temperature. Returns the
+        """One update, read top to bottom: encode each view once, then a gradient step on the
+        critic, the grasp head, and (``update_actor``) the actor and the temperature, in that
+        order, each from its own loss function; then the target networks. Only the critic's loss
+        trains the encoder: the grasp head and the actor read its features detached. Returns the
         metrics as 0-d tensors on the device (``metrics_to_floats`` reads them)."""
+        c = self.config
         b = self._batch(batch)
-        self._encode_next(b)  # encode each view once per update; heads share the features
-        metrics = self.update_critic(b)
+        with torch.no_grad(), self._autocast():
+            next_feat = self.encoder(b.next_obs)
+            next_target_feat = self.target_encoder(b.next_obs)
+            next_base_feat = self.base_features(b.next_obs, next_feat)
+        with self._autocast():
+            feat = self.encoder(b.obs)
+
+        loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
+                                         next_target_feat, next_base_feat)
+        _step(self.critic_opt, loss)
+        feat = feat.detach()
         if self.grasp is not None:
-            metrics.update(self.update_grasp_critic(b))
+            loss, grasp_metrics = self.grasp_loss(feat, b.obs["state"], b.action[:, -1], b.reward, b.bootstrap,
+                                                  next_feat, next_target_feat, b.demo_rows)
+            _step(self.grasp_opt, loss)
+            metrics.update(grasp_metrics)
         if update_actor:
-            metrics.update(self.update_actor(b))
+            loss, log_prob, actor_metrics = self.actor_loss(feat, self.base_features(b.obs, feat),
+                                                            b.action[:, : c.motion_dim], b.demo_rows)
+            _step(self.actor_opt, loss)
+            _step(self.alpha_opt, self.temperature_loss(log_prob))
+            metrics.update(actor_metrics, alpha=self.alpha.detach())
         self.update_targets()
         self.num_updates += 1
         return metrics
 
-    def update_critic(self, b: dict) -> dict[str, torch.Tensor]:
+    def critic_loss(self, feat: torch.Tensor, motion: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                    next_feat: torch.Tensor, next_target_feat: torch.Tensor,
+                    next_base_feat: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Each critic regresses on r + bootstrap * min over a random subset of the target critics
+        (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``)."""
         c = self.config
-        motion = b["action"][:, : c.motion_dim]
-        self._encode_next(b)
         with torch.no_grad(), self._autocast():
-            next_action, next_log_prob, _ = self.policy(b["next_feat"], b["next_base_feat"])
-            subset = torch.randperm(c.num_critics)[: c.num_target_critics]  # REDQ: a random subset
-            target_q = self.target_critic(b["next_target_feat"], next_action, members=subset).min(0).values.float()
+            next_action, next_log_prob, _ = self.policy(next_feat, next_base_feat)
+            subset = torch.randperm(c.num_critics)[: c.num_target_critics]
+            target_q = self.target_critic(next_target_feat, next_action, members=subset).min(0).values.float()
             if c.backup_entropy:
                 target_q = target_q - self.alpha * next_log_prob.float()
-            y = b["reward"] + b["bootstrap"] * target_q
+            y = reward + bootstrap * target_q
         with self._autocast():
-            feat = self.encoder(b["obs"])
             q = self.critic(feat, motion).float()  # [n, B]
-        b["feat"] = feat.detach()  # actor and grasp head read the features without training them
         loss = ((q - y) ** 2).mean(1).sum()
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
-        return {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+        return loss, {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
 
-    def _encode_next(self, b: dict) -> None:
-        if "next_feat" not in b:
-            with torch.no_grad(), self._autocast():
-                b["next_feat"] = self.encoder(b["next_obs"])
-                b["next_target_feat"] = self.target_encoder(b["next_obs"])
-                b["next_base_feat"] = self.base_features(b["next_obs"], b["next_feat"])
-
-    def grasp_reward(self, b: dict) -> torch.Tensor:
-        """Task reward minus a penalty for commands that toggle the gripper's state."""
+    def grasp_reward(self, state: torch.Tensor, command: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
+        """Task reward minus a penalty for gripper commands (``gripper_index``'s) that toggle the
+        gripper's state."""
         c = self.config
-        idx = gripper_index(b["action"][:, -1])
-        is_open = b["obs"]["state"][:, c.gripper_width_index] > c.gripper_open_threshold
-        toggles = ((idx == 0) & is_open) | ((idx == 2) & ~is_open)
-        return b["reward"] - c.grasp_penalty * toggles.float()
+        is_open = state[:, c.gripper_width_index] > c.gripper_open_threshold
+        toggles = ((command == 0) & is_open) | ((command == 2) & ~is_open)
+        return reward - c.grasp_penalty * toggles.float()
 
-    def update_grasp_critic(self, b: dict) -> dict[str, torch.Tensor]:
-        idx = gripper_index(b["action"][:, -1])
-        self._encode_next(b)
+    def grasp_loss(self, feat: torch.Tensor, state: torch.Tensor, gripper: torch.Tensor, reward: torch.Tensor,
+                   bootstrap: torch.Tensor, next_feat: torch.Tensor, next_target_feat: torch.Tensor,
+                   demo_rows: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+        """The discrete gripper head: a double-DQN target (the online head picks the next command,
+        the target head rates it), plus DQfD's large-margin loss on demo rows: the demonstrated
+        command must beat every other by ``grasp_margin``, so the greedy choice is defined where
+        only demos exist."""
+        command = gripper_index(gripper)
         with torch.no_grad(), self._autocast():
-            feat = b["feat"] if "feat" in b else self.encoder(b["obs"])
-            best_next = self.grasp(b["next_feat"]).argmax(-1, keepdim=True)  # double DQN: online picks,
-            next_q = self.target_grasp(b["next_target_feat"]).float().gather(1, best_next).squeeze(1)  # target rates
-            y = self.grasp_reward(b) + b["bootstrap"] * next_q
+            best_next = self.grasp(next_feat).argmax(-1, keepdim=True)
+            next_q = self.target_grasp(next_target_feat).float().gather(1, best_next).squeeze(1)
+            y = self.grasp_reward(state, command, reward) + bootstrap * next_q
         with self._autocast():
             q_all = self.grasp(feat).float()
-        q = q_all.gather(1, idx[:, None]).squeeze(1)
+        q = q_all.gather(1, command[:, None]).squeeze(1)
         loss = F.mse_loss(q, y)
-        demo = b["demo_rows"]
-        if self.config.grasp_margin > 0 and demo is not None:
-            # DQfD's large-margin loss on demo rows: the demonstrated command must beat every
-            # other command by a margin, so the greedy choice is defined where only demos exist.
-            margin = self.config.grasp_margin * (1.0 - F.one_hot(idx[demo], 3).float())
-            loss = loss + ((q_all[demo] + margin).max(-1).values - q[demo]).mean()
-        self.grasp_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.grasp_opt.step()
-        return {"grasp_loss": loss.detach()}
+        if self.config.grasp_margin > 0 and demo_rows is not None:
+            margin = self.config.grasp_margin * (1.0 - F.one_hot(command[demo_rows], 3).float())
+            loss = loss + ((q_all[demo_rows] + margin).max(-1).values - q[demo_rows]).mean()
+        return loss, {"grasp_loss": loss.detach()}
 
-    def update_actor(self, b: dict) -> dict[str, torch.Tensor]:
+    def actor_loss(self, feat: torch.Tensor, base_feat: torch.Tensor, motion: torch.Tensor,
+                   demo_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """SAC's actor term, mean(alpha * log pi - Q(s, pi(s))) with Q read through the action
+        alone, plus the imitation terms, in one formula:
+
+            loss = sac / q_scale + bc_weight * bc + residual_penalty * deviation
+
+        bc: squared error of the deterministic action to the demonstrated one on the demo rows
+        (Q-filtered: only where the critic rates the demo action at least as high); deviation:
+        |deterministic action - the cloned base's|^2 (residual policies). q_scale = mean |Q|
+        (TD3+BC's balance) whenever an imitation term is on (``bc_weight`` > 0, or a residual
+        penalty with a base), else 1; a term whose rows are missing from the batch is 0, so the
+        weighting never changes from batch to batch. Returns (loss, log pi, metrics)."""
         c = self.config
         with self._autocast():
-            feat = b["feat"] if "feat" in b else self.encoder(b["obs"]).detach()
-            base_feat = self.base_features(b["obs"], feat)
             action, log_prob, mean = self.policy(feat, base_feat)
-            with weights_without_grad(self.critic):  # Q differentiated through the action alone
+            with weights_without_grad(self.critic):
                 q = self.critic(feat, action).float().mean(0)
         log_prob, mean = log_prob.float(), mean.float()
-        q_scale = q.abs().mean().detach().clamp_min(1e-3)
-        loss = (self.alpha.detach() * log_prob - q).mean()
-        bc_loss = torch.zeros((), device=self.device)
-        demo = b["demo_rows"]
-        if c.bc_weight > 0 and demo is not None:
-            demo_action = b["action"][demo, : c.motion_dim]
-            error = ((mean[demo] - demo_action) ** 2).sum(-1)
+        zero = torch.zeros((), device=self.device)
+        bc = zero
+        if c.bc_weight > 0 and demo_rows is not None:
+            demo_action = motion[demo_rows]
+            error = ((mean[demo_rows] - demo_action) ** 2).sum(-1)
             if c.q_filter:
                 with torch.no_grad(), self._autocast():
-                    q_demo = self.critic(feat[demo], demo_action).float().mean(0)
-                    q_pi = self.critic(feat[demo], mean[demo].detach()).float().mean(0)
-                    error = error * (q_demo >= q_pi).float()
-            bc_loss = error.mean()
-            loss = loss / q_scale + c.bc_weight * bc_loss  # TD3+BC-style balance of the two terms
-        deviation = torch.zeros((), device=self.device)
-        if c.residual_penalty > 0 and self.base is not None:
-            # keep the deterministic policy near the cloned base unless Q says clearly otherwise
+                    q_demo = self.critic(feat[demo_rows], demo_action).float().mean(0)
+                    q_pi = self.critic(feat[demo_rows], mean[demo_rows].detach()).float().mean(0)
+                error = error * (q_demo >= q_pi).float()
+            bc = error.mean()
+        deviation = zero
+        residual_penalty = c.residual_penalty if self.base is not None else 0.0
+        if residual_penalty > 0:
             with self._autocast():
                 base = torch.tanh(self.base(base_feat)).float().detach()
             deviation = ((mean - base) ** 2).sum(-1).mean()
-            loss = (loss if c.bc_weight > 0 else loss / q_scale) + c.residual_penalty * deviation
-        self.actor_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_opt.step()
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-        self.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_opt.step()
-        return {"actor_loss": loss.detach(), "bc_loss": bc_loss.detach(), "residual_deviation": deviation.detach(),
-                "alpha": self.alpha.detach(), "entropy": -log_prob.detach().mean()}
+        imitation = c.bc_weight > 0 or residual_penalty > 0
+        q_scale = q.abs().mean().detach().clamp_min(1e-3) if imitation else 1
+        loss = (self.alpha.detach() * log_prob - q).mean() / q_scale + c.bc_weight * bc + residual_penalty * deviation
+        return loss, log_prob, {"actor_loss": loss.detach(), "bc_loss": bc.detach(),
+                                "residual_deviation": deviation.detach(), "entropy": -log_prob.detach().mean()}
+
+    def temperature_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
+        """alpha rises while the policy's entropy is below the target, falls while above."""
+        return -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -465,14 +496,12 @@ class SACAgent(nn.Module):
         b = self._batch(batch)
         with self._autocast():
             if self.base is not None:  # the base's own encoder (with cameras) learns with it
-                feat = self.base_encoder(b["obs"]) if self.base_encoder is not None else self.encoder(b["obs"]).detach()
+                feat = self.base_encoder(b.obs) if self.base_encoder is not None else self.encoder(b.obs).detach()
                 mean, opt = torch.tanh(self.base(feat)), self.base_opt
             else:
-                mean, opt = self.actor.sample(self.encoder(b["obs"]).detach())[2], self.actor_opt
-        loss = ((mean.float() - b["action"][:, : c.motion_dim]) ** 2).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+                mean, opt = self.actor.sample(self.encoder(b.obs).detach())[2], self.actor_opt
+        loss = ((mean.float() - b.action[:, : c.motion_dim]) ** 2).sum(-1).mean()
+        _step(opt, loss)
         return loss.detach()
 
     # ---- weights -----------------------------------------------------------------------

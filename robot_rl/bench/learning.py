@@ -61,7 +61,7 @@ def prepare_pixel_data(folder: Path, p: dict, log=print,
     success classifier's takes and the classifier, then the frozen encoder, chosen by probe among
     the candidates ``objectives`` names (default: behaviour cloning, the spatial autoencoder and
     the classifier's trunks; ``("bc",)`` is the main job's one fixed objective)."""
-    from robot_rl.agents.pretrain import pretrain_encoder
+    from robot_rl.commands.encoder import pretrain_encoder
     from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.training import train_classifier
 

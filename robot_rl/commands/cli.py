@@ -507,7 +507,7 @@ def add_session(sub) -> None:
 
 
 def _cmd_encoder(args) -> int:
-    from robot_rl.agents.pretrain import pretrain_encoder
+    from robot_rl.commands.encoder import pretrain_encoder
 
     if args.steps < 1 or args.probe_steps < 1:
         raise ValueError("--steps and --probe-steps must be >= 1")

@@ -120,9 +120,19 @@ def action_loss(head: ActionHead, feats: dict, state, action) -> torch.Tensor:
     return ((motion - action[:, : head.motion_dim]) ** 2).sum(-1).mean() + F.cross_entropy(grip, gripper_index(action[:, -1]))
 
 
-def _batches(rows: np.ndarray, batch_size: int, steps: int, rng: np.random.Generator):
-    for _ in range(steps):
-        yield rows[rng.integers(0, len(rows), min(batch_size, len(rows)))]
+def fit(loss_of, params, lr: float, rows: np.ndarray, steps: int, seed: int, label: str, log, digits: int = 4) -> None:
+    """The one training loop: Adam on ``loss_of(batch)`` over ``steps`` batches of up to 128 of
+    ``rows`` drawn with replacement (seeded), with progress lines under ``label``."""
+    opt = torch.optim.Adam(params, lr=lr)
+    rng = np.random.default_rng(seed)
+    progress = ProgressLines(label, steps, log=log)
+    for step in range(steps):
+        loss = loss_of(rows[rng.integers(0, len(rows), min(128, len(rows)))])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if progress.due(step + 1):
+            progress.update(step + 1, loss=round(loss.item(), digits))
 
 
 # --------------------------------------------------------------------------- candidates
@@ -134,17 +144,12 @@ def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log
     backbones = nn.ModuleDict({cam: Backbone(meta) for cam in cameras})
     head = ActionHead(cameras, feature_shape(meta), frames["state"].shape[1])
     head.normalizer.fit(torch.as_tensor(frames["state"][rows]))
-    opt = torch.optim.Adam(list(backbones.parameters()) + list(head.parameters()), lr=3e-4)
-    rng = np.random.default_rng(seed)
-    progress = ProgressLines("  bc", steps, log=log)
-    for step, idx in enumerate(_batches(rows, 128, steps, rng)):
+
+    def loss_of(idx: np.ndarray) -> torch.Tensor:
         feats = {cam: backbones[cam](random_shift(torch.as_tensor(frames["images"][cam][idx]), 4)) for cam in cameras}
-        loss = action_loss(head, feats, torch.as_tensor(frames["state"][idx]), torch.as_tensor(frames["action"][idx]))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if progress.due(step + 1):
-            progress.update(step + 1, loss=round(loss.item(), 4))
+        return action_loss(head, feats, torch.as_tensor(frames["state"][idx]), torch.as_tensor(frames["action"][idx]))
+
+    fit(loss_of, list(backbones.parameters()) + list(head.parameters()), 3e-4, rows, steps, seed, "  bc", log)
     encoder.backbones.load_state_dict(backbones.state_dict())
     return encoder
 
@@ -178,19 +183,15 @@ def train_autoencoder(frames: dict, rows: np.ndarray, cameras, steps: int, seed:
     meta = {**DRQ, "cameras": list(cameras), "image_size": list(frames["image_size"]), "objective": "autoencoder"}
     encoder = FrozenEncoder(meta)
     models = nn.ModuleDict({cam: SpatialAutoencoder(meta) for cam in cameras})
-    opt = torch.optim.Adam(models.parameters(), lr=1e-3)
-    rng = np.random.default_rng(seed)
-    progress = ProgressLines("  autoencoder", steps, log=log)
-    for step, idx in enumerate(_batches(rows, 128, steps, rng)):
+
+    def loss_of(idx: np.ndarray) -> torch.Tensor:
         loss = 0.0
         for cam in cameras:
             images = torch.as_tensor(frames["images"][cam][idx])
             loss = loss + F.mse_loss(models[cam](images), models[cam].target(images))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if progress.due(step + 1):
-            progress.update(step + 1, loss=round(loss.item(), 5))
+        return loss
+
+    fit(loss_of, models.parameters(), 1e-3, rows, steps, seed, "  autoencoder", log, digits=5)
     encoder.backbones.load_state_dict({f"{cam}.{k}": v for cam in cameras
                                        for k, v in models[cam].backbone.state_dict().items()})
     return encoder
@@ -232,16 +233,8 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
     state, action = torch.as_tensor(frames["state"]), torch.as_tensor(frames["action"])
     rows = train_rows[frames["task"][train_rows]]
     head.normalizer.fit(state[rows])
-    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
-    rng = np.random.default_rng(seed)
-    progress = ProgressLines("  probe", steps, log=log)
-    for step, idx in enumerate(_batches(rows, 128, steps, rng)):
-        loss = action_loss(head, {cam: random_shift(feats[cam][idx], 1) for cam in cams}, state[idx], action[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if progress.due(step + 1):
-            progress.update(step + 1, loss=round(loss.item(), 4))
+    fit(lambda idx: action_loss(head, {cam: random_shift(feats[cam][idx], 1) for cam in cams}, state[idx], action[idx]),
+        head.parameters(), 1e-3, rows, steps, seed, "  probe", log)
     with torch.no_grad():
         motion, grip = head({cam: feats[cam][held_rows] for cam in cams}, state[held_rows])
         target = action[held_rows]
