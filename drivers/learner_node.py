@@ -100,21 +100,16 @@ class LearnerNode(Node):
         self.checkpoint(announce=rclpy.ok(context=self.context))  # also on SIGTERM / Ctrl-C
 
     def loop(self, stop: threading.Event) -> None:
-        """Pre-train (unless resumed), publish weights, then update as fast as data allows."""
-        learner = self.learner
-        learner.begin()
-        self.get_logger().info(f"weights v{learner.weights_version} published; waiting for transitions")
-        while not stop.is_set() and rclpy.ok(context=self.context):
-            owed = learner.updates_owed()
-            for msg in self.endpoint.receive(0.0 if owed > 0 else 0.05):
-                if msg.kind == "transition":
-                    learner.handle(msg)
-            if owed > 0:
-                for _ in range(min(owed, 10)):
-                    learner.update_once()
-                learner.send_status()
-            if time.monotonic() - self.last_checkpoint > self.cfg.checkpoint_every_s:
-                self.checkpoint()
+        """Pre-train (unless resumed), publish weights, then ``Learner.run``: each transition's
+        updates as it comes, a checkpoint every ``checkpoint_every_s``."""
+        self.learner.begin()
+        self.get_logger().info(f"weights v{self.learner.weights_version} published; waiting for transitions")
+        self.learner.run(keep_running=lambda: not stop.is_set() and rclpy.ok(context=self.context),
+                         every_pass=self._checkpoint_when_due, kinds=("transition",))
+
+    def _checkpoint_when_due(self) -> None:
+        if time.monotonic() - self.last_checkpoint > self.cfg.checkpoint_every_s:
+            self.checkpoint()
 
 
 def main(args=None) -> None:

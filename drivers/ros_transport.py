@@ -14,7 +14,7 @@ import logging
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.runtime.transport import Endpoint, Mailbox
-from robot_rl.runtime.wire import Message, decode, encode
+from robot_rl.runtime.wire import Message, encode, read_kind
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class RosEndpoint(Endpoint):
     def _on_frame(self, msg) -> None:
         data = msgs.payload_bytes(msg)
         try:
-            kind = decode(data).kind
+            kind = read_kind(data)  # the header alone: the frame is decoded once, when received
         except ValueError as e:
             return self._count_corrupt(e)
         if not self._inbox.put(kind, data):

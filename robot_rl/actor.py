@@ -25,16 +25,21 @@ from __future__ import annotations
 
 import collections
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from robot_rl.contract import OPERATOR_EVENTS
 from robot_rl.reward.wrapper import OperatorOutcome
-from robot_rl.runtime.learner import transition_arrays
+from robot_rl.errors import TrainingError
+from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_death, learner_main
+from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
+from robot_rl.runtime.wire import transition_arrays
 
 
 def _features(sha: str | None) -> str:
@@ -42,8 +47,10 @@ def _features(sha: str | None) -> str:
 
 
 class LearnerClient:
-    """The actor's side of the learner link (any ``Endpoint``): transitions out; weights, status,
-    checkpoint notices and errors in. ``on_error(message)`` decides what a learner's error does.
+    """The actor's side of the learner link: transitions out; weights, status, checkpoint notices
+    and errors in. ``on_error(message)`` decides what a learner's error does. Over any
+    ``Endpoint`` (the actor node's is a ROS one), or ``LearnerClient.start``: a learner of its own,
+    in a child process or driven inline in this one.
 
     Weights are swapped in as they come, unless the actor keeps a schedule (the sim trainer with
     ``sync``): then each weights message waits until ``due_updates`` reaches the learner's update
@@ -52,14 +59,49 @@ class LearnerClient:
 
     def __init__(self, endpoint, policy, on_error: Callable[[str], None]):
         self.endpoint, self.policy, self.on_error = endpoint, policy, on_error
+        self.process = None  # a learner process of its own (``start``)
+        self.inline = None  # ... or a learner driven in this process: pumped on each send and poll
+        self.run_dir: Path | None = None
         self.weights_version = 0
         self.status: dict = {"online_updates": 0, "updates": 0, "metrics": {}}
         self.last_checkpoint: str | None = None
         self.due_updates = math.inf  # a schedule sets it: swap in weights made up to this many online updates
         self._waiting: collections.deque = collections.deque()  # weights messages not yet due
 
+    @classmethod
+    def start(cls, setup: LearnerSetup, policy, on_error: Callable[[str], None]) -> "LearnerClient":
+        """A learner of its own, as ``setup.config.learner`` says: "process" (spawned, its own
+        interpreter and torch threads) or "inline" (driven in this process; the same learner)."""
+        cfg = setup.config
+        latest_only = latest_only_kinds(cfg.sync)
+        if cfg.learner == "inline":
+            actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=latest_only)
+            torch.manual_seed(cfg.seed)  # as learner_main seeds its process: the same learner either way
+            client = cls(actor_end, policy, on_error)
+            client.inline = setup.build(learner_end)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            learner_conn, actor_conn = pipe_pair(ctx)
+            process = ctx.Process(target=learner_main, args=(learner_conn, setup.to_json()), daemon=True,
+                                  name="robot-rl-learner")
+            process.start()
+            learner_conn.close()
+            client = cls(PipeEndpoint(actor_conn, maxsize=4096, latest_only=latest_only, name="actor"), policy, on_error)
+            client.process = process
+        client.run_dir = Path(setup.run_dir)
+        return client
+
+    def _receive(self, timeout: float) -> list:
+        if self.inline is not None:
+            self.inline.pump()
+            timeout = 0.0
+        msgs = self.endpoint.receive(timeout)
+        if not msgs and self.process is not None and not self.process.is_alive() and timeout > 0:
+            raise TrainingError(learner_death(self.process.exitcode, self.process.pid, self.run_dir))
+        return msgs
+
     def poll(self, timeout: float = 0.0) -> None:
-        for msg in self.endpoint.receive(timeout):
+        for msg in self._receive(timeout):
             if msg.kind == "weights" and msg.meta.get("version", 0) != self.weights_version:
                 theirs, ours = msg.meta.get("frozen_encoder"), getattr(self.policy, "frozen_sha", None)
                 if theirs != ours:  # same shapes, other features: the policy would act on noise
@@ -94,7 +136,20 @@ class LearnerClient:
                 reminded = time.monotonic()
 
     def send(self, kind: str, arrays=None, meta=None) -> bool:
-        return self.endpoint.send(kind, arrays, meta)
+        ok = self.endpoint.send(kind, arrays, meta)
+        if self.inline is not None:
+            self.inline.pump()
+        return ok
+
+    def close(self) -> None:
+        """Stop a learner of its own (waiting for it to finish), then close the link."""
+        self.endpoint.send("stop")
+        if self.process is not None:
+            self.process.join(timeout=30)
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join(timeout=5)
+        self.endpoint.close()
 
     @property
     def dropped(self) -> int:

@@ -5,6 +5,10 @@ class UserFacingError(RuntimeError):
     """Base for errors whose message names the fix (bad checkpoint, stopped training, ...)."""
 
 
+class TrainingError(UserFacingError):
+    """Training stopped; the message says why and where the last good checkpoint is."""
+
+
 def is_disk_full(error: BaseException) -> bool:
     """The filesystem is out of space (or the user's quota is spent)."""
     import errno

@@ -408,16 +408,17 @@ def test_a_resumed_learner_is_built_from_the_runs_config_as_the_actor_is(run):
 
 # ---------------------------------------------------------------- 8b. a learner killed from outside
 def test_a_learner_process_killed_by_a_signal_is_one_line_saying_how_and_where(run, monkeypatch):
-    from robot_rl.commands import train as train_module
+    from robot_rl.actor import LearnerClient
 
-    start = train_module.LearnerLink.__init__
+    start = LearnerClient.start
 
-    def start_then_kill(self, *args, **kwargs):  # as the out-of-memory killer would, right after it started
-        start(self, *args, **kwargs)
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.join()
+    def start_then_kill(*args, **kwargs):  # as the out-of-memory killer would, right after it started
+        client = start(*args, **kwargs)
+        os.kill(client.process.pid, signal.SIGKILL)
+        client.process.join()
+        return client
 
-    monkeypatch.setattr(train_module.LearnerLink, "__init__", start_then_kill)
+    monkeypatch.setattr(LearnerClient, "start", start_then_kill)
     with pytest.raises(TrainingError) as err:
         train(None, resume=str(run), overrides={"env_steps": 60, "learner": "process"}, log=lambda m: None)
     message = one_line(str(err.value))
@@ -426,7 +427,7 @@ def test_a_learner_process_killed_by_a_signal_is_one_line_saying_how_and_where(r
 
 
 def test_the_learners_death_names_its_exit_code_or_signal_and_its_fault_log(tmp_path):
-    from robot_rl.commands.train import learner_death
+    from robot_rl.runtime.learner import learner_death
     from robot_rl.runtime.learner import LEARNER_FAULT_LOG
 
     assert "exited with code 3" in learner_death(3, 11, tmp_path)

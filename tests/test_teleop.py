@@ -357,7 +357,8 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     import torch
 
     from robot_rl.envs import make_env, obs_spec
-    from robot_rl.runtime.learner import LATEST_ONLY, build_learner, transition_arrays
+    from robot_rl.runtime.learner import LATEST_ONLY, build_learner
+    from robot_rl.runtime.wire import transition_arrays
     from robot_rl.runtime.transport import inprocess_pair
     from robot_rl.commands.train import TrainConfig, agent_config_for
 

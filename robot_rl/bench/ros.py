@@ -138,7 +138,7 @@ def learner_link(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
 
     from robot_rl.drivers.node import spin_in_background
     from robot_rl.drivers.ros_transport import actor_endpoint
-    from robot_rl.runtime.learner import transition_arrays
+    from robot_rl.runtime.wire import transition_arrays
 
     size = THROUGHPUT_IMAGE
     result_file = log_dir / f"peer_{kind}.json"

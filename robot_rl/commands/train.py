@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import multiprocessing
 import shutil
 import signal
 import threading
@@ -26,18 +25,13 @@ from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.config import TrainConfig, agent_config_for, demo_source
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import TrainingError
 from robot_rl.rollout import collect_demos, evaluate
 from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, check_same_network, clean_leftovers,
                                          list_checkpoints, read_agent_config, read_state, resolve_checkpoint)
-from robot_rl.runtime.learner import (LEARNER_FAULT_LOG, LearnerSetup, latest_only_kinds, learner_main,
-                                      transition_arrays)
+from robot_rl.runtime.learner import LearnerSetup
 from robot_rl.runtime.logging import human_steps_in
-from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
-
-
-class TrainingError(UserFacingError):
-    """Training stopped; the message says why and where the last good checkpoint is."""
+from robot_rl.runtime.wire import transition_arrays
 
 
 class TrainingInterrupted(TrainingError):
@@ -72,79 +66,6 @@ def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfi
             raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={old[key]!r}; a resumed run keeps it "
                                   f"(asked for {new[key]!r}): start a new run to change it")
     return cfg, changed
-
-
-def learner_death(exitcode: int | None, pid: int | None, run_dir: Path) -> str:
-    """One line on a learner process that ended without a message: how (signal or exit code), and
-    where what it left is (its fault log, else this command's stderr)."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = "an unknown signal"
-        how = f"was killed by {name} (signal {-exitcode})"
-        if -exitcode == signal.SIGKILL:
-            how += ", as the kernel's out-of-memory killer does (`dmesg` names it then) or `kill -9`"
-    else:
-        how = f"exited with code {exitcode}"
-    faults = run_dir / LEARNER_FAULT_LOG
-    if faults.is_file() and faults.stat().st_size:
-        where = f"its fault log: {faults}"
-    else:
-        where = "it left no fault log (anything it printed is above, on this command's stderr)"
-    return (f"the learner process (pid {pid}) {how} without a message; {where}; the run's checkpoints are "
-            f"in {run_dir / 'checkpoints'} (robot-rl train --resume {run_dir})")
-
-
-class LearnerLink:
-    """The actor's handle on the learner: a child process, or the same object driven inline."""
-
-    def __init__(self, cfg: TrainConfig, agent_cfg: SACConfig, spec: dict, run_dir: Path, resume_from: str | None):
-        setup = LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from)
-        self.run_dir = Path(run_dir)
-        self.inline = None
-        self.process = None
-        if cfg.learner == "inline":
-            actor_end, learner_end = inprocess_pair(maxsize=1 << 20, latest_only=latest_only_kinds(cfg.sync))
-            torch.manual_seed(cfg.seed)  # as learner_main seeds its process: the same learner either way
-            self.inline = setup.build(learner_end)
-            self.endpoint = actor_end
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            learner_conn, actor_conn = pipe_pair(ctx)
-            self.process = ctx.Process(target=learner_main, args=(learner_conn, setup.to_json()), daemon=True,
-                                       name="robot-rl-learner")
-            self.process.start()
-            learner_conn.close()
-            self.endpoint = PipeEndpoint(actor_conn, maxsize=4096, latest_only=latest_only_kinds(cfg.sync), name="actor")
-
-    def send(self, kind, arrays=None, meta=None) -> bool:
-        ok = self.endpoint.send(kind, arrays, meta)
-        if self.inline is not None:
-            self.inline.pump()
-        return ok
-
-    def receive(self, timeout: float = 0.0):
-        if self.inline is not None:
-            self.inline.pump()
-            timeout = 0.0
-        msgs = self.endpoint.receive(timeout)
-        if not msgs and self.process is not None and not self.process.is_alive() and timeout > 0:
-            raise TrainingError(learner_death(self.process.exitcode, self.process.pid, self.run_dir))
-        return msgs
-
-    @property
-    def dropped(self) -> int:
-        return self.endpoint.dropped
-
-    def close(self) -> None:
-        self.endpoint.send("stop")
-        if self.process is not None:
-            self.process.join(timeout=30)
-            if self.process.is_alive():
-                self.process.terminate()
-                self.process.join(timeout=5)
-        self.endpoint.close()
 
 
 def acting_config(agent_cfg: SACConfig) -> SACConfig:
@@ -306,13 +227,13 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     policy = SACAgent(acting_config(agent_cfg))
     policy.seed_acting(cfg.seed)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
-    link = LearnerLink(cfg, agent_cfg, spec, run_dir, resume_from)
-    learner = LearnerClient(link, policy, on_error=learner_error)
+    learner = LearnerClient.start(LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from), policy,
+                                  on_error=learner_error)
 
     def checkpoint(step: int) -> None:
         name = f"step_{step:09d}"
         previous = learner.last_checkpoint
-        link.send("checkpoint", meta={"name": name, "actor_state": actor_state})
+        learner.send("checkpoint", meta={"name": name, "actor_state": actor_state})
         wait_for(learner, lambda: learner.last_checkpoint != previous, "write a checkpoint")
         log(f"checkpoint {name} saved (env step {step})")
 
@@ -324,8 +245,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
 
     try:
         if not resume_from:
-            send_demos(cfg, cell, env, link, actor_state, log)
-        link.send("begin")
+            send_demos(cfg, cell, env, learner, actor_state, log)
+        learner.send("begin")
         wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
         step = actor_state["env_steps"]
         if not resume_from:
@@ -372,7 +293,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         return summary
     finally:
         logger.close()
-        link.close()
+        learner.close()
         env.close()
         eval_env.close()
 
@@ -397,10 +318,11 @@ def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
     return EpisodeRecorder(store, clock=lambda: next(ticks) / cell.unwrapped.limits.control_hz)
 
 
-def send_demos(cfg: TrainConfig, cell, env: FlatObservation, link: LearnerLink, actor_state: dict, log) -> None:
+def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerClient, actor_state: dict,
+               log) -> None:
     """The demonstrations to the learner's demo buffer: from a store, or recorded now by the scripted expert."""
     def send_demo(*transition) -> None:
-        link.send("demo", transition_arrays(*transition))
+        learner.send("demo", transition_arrays(*transition))
 
     if cfg.demo_store:
         from robot_rl.data.demos import load_demos

@@ -409,9 +409,10 @@ def read_state(ckpt: Path) -> dict:
         raise CheckpointError(f"checkpoint {ckpt} has no readable state.json ({one_line(err)})") from err
 
 
-def load_replay(ckpt: Path, features: str | None = None) -> MixedReplay:
+def load_replay(ckpt: Path, features: str | None = None, encode=None) -> MixedReplay:
     """Both replay buffers of a checkpoint; a damaged file is named in one line, and so is one
-    whose camera keys hold another frozen encoder's features than ``features`` (a sha; None: images)."""
+    whose camera keys hold another frozen encoder's features than ``features`` (a sha; None: images).
+    ``encode``: what turns incoming frames into those features (``MixedReplay``'s)."""
     folder = Path(ckpt) / "replay"
     try:
         demo_fraction = json.loads((folder / "mixed.json").read_text())["demo_fraction"]
@@ -427,4 +428,4 @@ def load_replay(ckpt: Path, features: str | None = None) -> MixedReplay:
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             raise CheckpointError(f"replay file {folder / name} is corrupt ({one_line(err)}); "
                                   "use an earlier checkpoint") from err
-    return MixedReplay(*buffers, demo_fraction)
+    return MixedReplay(*buffers, demo_fraction, encode=encode)

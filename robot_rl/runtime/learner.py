@@ -37,10 +37,10 @@ import math
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
@@ -52,6 +52,7 @@ from robot_rl.runtime.checkpoint import (check_same_encoder, load_agent, load_re
 from robot_rl.runtime.device import out_of_memory_says
 from robot_rl.runtime.progress import ProgressLines
 from robot_rl.runtime.transport import Endpoint, Message, PipeEndpoint
+from robot_rl.runtime.wire import split_transition
 
 LATEST_ONLY = ("weights", "status")
 SCHEDULED = ("status",)  # weights in order, none dropped: a scheduled actor swaps each in at its env step
@@ -62,22 +63,6 @@ def latest_only_kinds(scheduled: bool) -> tuple[str, ...]:
     trainer with ``sync``) needs every weights message, in order."""
     return SCHEDULED if scheduled else LATEST_ONLY
 METRICS_EVERY = 100  # read the device-held losses at least this often (updates)
-
-
-def split_transition(arrays: dict[str, np.ndarray]) -> tuple:
-    obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}
-    next_obs = {k[9:]: v for k, v in arrays.items() if k.startswith("next_obs/")}
-    return (obs, arrays["action"], float(arrays["reward"]), next_obs, bool(arrays["terminated"]),
-            bool(arrays["truncated"]), bool(arrays.get("is_intervention", False)))
-
-
-def transition_arrays(obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> dict:
-    arrays = {f"obs/{k}": v for k, v in obs.items()}
-    arrays.update({f"next_obs/{k}": v for k, v in next_obs.items()})
-    arrays.update(action=np.asarray(action, np.float32), reward=np.float32(reward),
-                  terminated=np.bool_(terminated), truncated=np.bool_(truncated),
-                  is_intervention=np.bool_(is_intervention))
-    return arrays
 
 
 class NonFiniteLoss(UserFacingError):
@@ -266,15 +251,23 @@ class Learner:
         if done:
             self.send_status()
 
-    def run(self) -> None:
-        """Process main loop: messages in the order they came, each transition's updates right
-        after it; a status after each batch of messages that brought updates."""
-        while not self.stopped:
-            done = sum(self.take(msg) for msg in self.endpoint.receive(0.05))
+    def run(self, keep_running: Callable[[], bool] = lambda: True, every_pass: Callable[[], None] | None = None,
+            kinds: tuple[str, ...] | None = None) -> None:
+        """The learner's main loop, in its own process (``learner_main``) and in the ROS learner
+        node alike: messages in the order they came, each transition's updates right after it; a
+        status after each batch of messages that brought updates. It ends on a stop message, when
+        the peer is gone, or when ``keep_running()`` turns false; ``every_pass()`` runs once per
+        pass (the node's timed checkpoints); ``kinds``: the message kinds taken (others are
+        ignored; None: all)."""
+        while not self.stopped and keep_running():
+            msgs = [m for m in self.endpoint.receive(0.05) if kinds is None or m.kind in kinds]
+            done = sum(self.take(msg) for msg in msgs)
             if self.endpoint.peer_closed and not self.stopped:
                 break
             if done:
                 self.send_status()
+            if every_pass is not None:
+                every_pass()
 
 
 def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dict, endpoint: Endpoint,
@@ -286,16 +279,18 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
         saved = read_agent_config(Path(resume_from))
         check_same_encoder(saved, agent_config, Path(resume_from))
         agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device, config=agent_config)
-        replay = load_replay(Path(resume_from), agent.frozen_sha)
-        replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
     else:
         agent = SACAgent(agent_config)
+    # with a frozen backbone, frames become its features as they enter the replay
+    encode = agent.cache_features if agent.frozen is not None else None
+    if resume_from:
+        replay = load_replay(Path(resume_from), agent.frozen_sha, encode)
+        replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
+    else:
         act, spec, features = agent.config.action_dim, agent.replay_spec(obs_spec), agent.frozen_sha
         replay = MixedReplay(ReplayBuffer(config.replay_capacity, spec, act, seed=config.seed, features=features),
                              ReplayBuffer(config.demo_capacity, spec, act, seed=config.seed + 1, features=features),
-                             config.demo_fraction)
-    if agent.frozen is not None:  # frames become the frozen backbone's features as they enter the replay
-        replay.encode = agent.cache_features
+                             config.demo_fraction, encode=encode)
     return Learner(config, agent, replay, endpoint, run_dir)
 
 
@@ -326,6 +321,28 @@ class LearnerSetup:
 
 
 LEARNER_FAULT_LOG = "learner_faults.log"  # in the run folder: the learner process's native-crash tracebacks
+
+
+def learner_death(exitcode: int | None, pid: int | None, run_dir: Path) -> str:
+    """One line on a learner process that ended without a message: how (signal or exit code), and
+    where what it left is (its fault log, else this command's stderr)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "an unknown signal"
+        how = f"was killed by {name} (signal {-exitcode})"
+        if -exitcode == signal.SIGKILL:
+            how += ", as the kernel's out-of-memory killer does (`dmesg` names it then) or `kill -9`"
+    else:
+        how = f"exited with code {exitcode}"
+    faults = run_dir / LEARNER_FAULT_LOG
+    if faults.is_file() and faults.stat().st_size:
+        where = f"its fault log: {faults}"
+    else:
+        where = "it left no fault log (anything it printed is above, on this command's stderr)"
+    return (f"the learner process (pid {pid}) {how} without a message; {where}; the run's checkpoints are "
+            f"in {run_dir / 'checkpoints'} (robot-rl train --resume {run_dir})")
 
 
 def learner_main(conn, setup_json: str) -> None:

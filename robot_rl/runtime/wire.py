@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import safetensors.numpy as _st_numpy
 
-__all__ = ["Message", "decode", "encode", "pack", "unpack"]
+__all__ = ["Message", "decode", "encode", "pack", "unpack", "read_kind", "split_transition", "transition_arrays"]
 
 _META_KEY = "meta"  # key in the safetensors ``__metadata__`` holding the JSON meta
 _KIND_KEY = "_kind"  # key in the JSON meta holding the message kind (frames only)
@@ -163,9 +163,45 @@ def encode(kind: str, arrays: Mapping[str, Any] | None, meta: Mapping[str, Any] 
     return pack(arrays, meta)
 
 
-def decode(data: bytes) -> Message:
-    arrays, meta = unpack(data)
+def _kind(meta: dict) -> str:
     kind = meta.pop(_KIND_KEY, None)
     if not isinstance(kind, str) or not kind:
         raise ValueError("corrupt message: frame has no message kind")
+    return kind
+
+
+def decode(data: bytes) -> Message:
+    arrays, meta = unpack(data)
+    kind = _kind(meta)
     return Message(kind=kind, arrays=arrays, meta=meta)
+
+
+def read_kind(data: bytes) -> str:
+    """A frame's message kind from its header alone (the arrays stay undecoded): what a
+    transport needs to queue a frame, which is then decoded once, when it is received."""
+    return _kind(_read_meta(data))
+
+
+# --------------------------------------------------------------------------------------
+# The transition: what the actor sends the learner for each env step ("transition", and
+# "demo" for demonstrations), as one message's arrays
+# --------------------------------------------------------------------------------------
+def transition_arrays(obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> dict:
+    """A transition as a message's arrays: ``obs/KEY`` and ``next_obs/KEY`` per observation key,
+    ``action`` (float32), ``reward`` (float32), ``terminated``, ``truncated`` and
+    ``is_intervention`` (bool: the human drove)."""
+    arrays = {f"obs/{k}": v for k, v in obs.items()}
+    arrays.update({f"next_obs/{k}": v for k, v in next_obs.items()})
+    arrays.update(action=np.asarray(action, np.float32), reward=np.float32(reward),
+                  terminated=np.bool_(terminated), truncated=np.bool_(truncated),
+                  is_intervention=np.bool_(is_intervention))
+    return arrays
+
+
+def split_transition(arrays: dict[str, np.ndarray]) -> tuple:
+    """``transition_arrays``' inverse: (obs, action, reward, next_obs, terminated, truncated,
+    is_intervention)."""
+    obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}
+    next_obs = {k[9:]: v for k, v in arrays.items() if k.startswith("next_obs/")}
+    return (obs, arrays["action"], float(arrays["reward"]), next_obs, bool(arrays["terminated"]),
+            bool(arrays["truncated"]), bool(arrays.get("is_intervention", False)))
