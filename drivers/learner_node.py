@@ -27,7 +27,8 @@ from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, latest_checkpoint, list_checkpoints,
                                          load_agent, read_agent_config, write_checkpoint)
 from robot_rl.runtime.learner import Learner, build_learner
-from robot_rl.config import LearnerNodeConfig, agent_config_for, write_config_json
+from robot_rl.agent_setup import agent_config_for
+from robot_rl.config import LearnerNodeConfig, write_config_json
 
 
 def load_online_store(path: str, env, task: str, replay) -> dict:

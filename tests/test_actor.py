@@ -36,6 +36,7 @@ def sim_loop(max_episode_steps: int = STEPS, **kwargs) -> tuple[ActorLoop, ListS
     return ActorLoop(env, flat.observation, recorder=EpisodeRecorder(sink), **kwargs), sink
 
 
+@pytest.mark.ros
 def test_in_process_and_ros_actor_give_the_same_transitions(tmp_path):
     pytest.importorskip("rclpy")
     from std_msgs.msg import UInt8MultiArray

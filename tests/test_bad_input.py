@@ -123,6 +123,7 @@ def test_the_simulated_human_refuses_a_cell_task_file_without_a_scripted_expert(
         SimulatedHuman("pick_cube_franka")
 
 
+@pytest.mark.ros
 def test_the_teleop_node_refuses_a_simulated_human_without_a_scripted_expert_in_one_line():
     pytest.importorskip("rclpy")
     from tests.helpers.ros import free_domain_id, ros_environment
@@ -159,7 +160,8 @@ def test_a_reward_classifier_on_a_camera_the_twin_lacks_is_one_line_before_any_w
 
 
 def test_a_state_run_renders_the_classifiers_cameras_at_its_own_size(tmp_path):
-    from robot_rl.config import TrainConfig, check_reward_classifier
+    from robot_rl.agent_setup import check_reward_classifier
+    from robot_rl.config import TrainConfig
 
     check_reward_classifier(TrainConfig(obs="state", image_size=(64, 64), reward_classifier=_classifier(tmp_path)))
     check_reward_classifier(TrainConfig(obs="pixels", image_size=(48, 48), reward_classifier=_classifier(tmp_path)))

@@ -11,6 +11,8 @@ from robot_rl.commands.cli import main
 from robot_rl.sim import make
 from robot_rl.sim.experts import make_expert
 
+pytestmark = pytest.mark.integration
+
 
 class _FakeClock:
     """perf_counter() answers the given instants in turn: a test sees what the bench divides by."""

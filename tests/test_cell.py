@@ -259,6 +259,7 @@ def wipe_table(tmp_path, **changes):
     return write(tmp_path, data, "wipe.yaml")
 
 
+@pytest.mark.ros
 def test_node_configs_take_what_the_task_file_sets(tmp_path):
     pytest.importorskip("rclpy")
     import dataclasses
@@ -298,6 +299,7 @@ def test_node_configs_take_what_the_task_file_sets(tmp_path):
         apply_task_file(ActorNodeConfig(task_file=missing))
 
 
+@pytest.mark.ros
 def test_recorder_learner_and_actor_nodes_run_a_task_with_no_sim_twin(tmp_path):
     rclpy = pytest.importorskip("rclpy")
     from rclpy.parameter import Parameter
@@ -340,6 +342,7 @@ def test_recorder_learner_and_actor_nodes_run_a_task_with_no_sim_twin(tmp_path):
         context.try_shutdown()
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize("module", ["camera_node", "recorder_node"])
 def test_a_node_given_a_bad_task_file_says_so_in_one_line_and_exits_2(tmp_path, module):
     pytest.importorskip("rclpy")

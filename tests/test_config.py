@@ -238,6 +238,7 @@ def ros_value(default):
     return list(default) if isinstance(default, tuple) else default
 
 
+@pytest.mark.ros
 @pytest.mark.parametrize("config_cls", [ActorNodeConfig, LearnerNodeConfig])
 def test_every_node_config_field_is_a_ros_parameter_with_its_default_and_help(config_cls, ros_context):
     from rclpy.node import Node
@@ -273,6 +274,7 @@ def test_every_node_config_field_is_a_ros_parameter_with_its_default_and_help(co
         declare_config(bad, config_cls)
 
 
+@pytest.mark.ros
 def test_the_learner_node_writes_its_config_and_resumes_from_its_checkpoint(ros_context, tmp_path):
     from rclpy.parameter import Parameter
 
@@ -298,6 +300,7 @@ def test_the_learner_node_writes_its_config_and_resumes_from_its_checkpoint(ros_
     assert learner.agent.config.device == "cpu" and {p.device.type for p in learner.agent.parameters()} == {"cpu"}
 
 
+@pytest.mark.ros
 def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fields(ros_context, tmp_path):
     from rclpy.parameter import Parameter
 
@@ -316,6 +319,7 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
     assert written["device"] == "cpu" and node.policy.config.device == "cpu"  # acts on the robot PC's CPU
 
 
+@pytest.mark.ros
 def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path):
     """Exit status 2: the stack supervisor does not respawn a node whose configuration is wrong."""
     pytest.importorskip("rclpy")

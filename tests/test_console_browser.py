@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -26,14 +25,11 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from tests.helpers.ros import free_domain_id, node_process  # noqa: E402
+from tests.helpers.common import free_port  # noqa: E402
+
+pytestmark = pytest.mark.browser
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(condition, timeout: float, what: str):

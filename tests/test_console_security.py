@@ -19,6 +19,7 @@ from robot_rl.teleop.console import (CONSOLE_TOKEN_ENV, MAX_BODY_BYTES, ConsoleE
                                      console_token)
 from robot_rl.teleop import console as console_module
 from tests.helpers.console import RecordingBackend
+from tests.helpers.common import free_port  # noqa: E402
 
 TOKEN = "the-operators-own-token"
 COMMANDS = [("/api/event/success", None), ("/api/event/pause", None), ("/api/intervene/hold", None),
@@ -37,12 +38,6 @@ def console():
     finally:
         client.close()
         server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_cross_origin_commands_are_refused_and_not_acted_on(console):
@@ -276,6 +271,7 @@ def test_off_loopback_without_a_token_the_cli_says_one_line(capsys, monkeypatch)
     assert "at least 16" in capsys.readouterr().err
 
 
+@pytest.mark.ros
 def test_off_loopback_without_a_token_the_node_says_one_line_and_its_stack_ends(tmp_path):
     """The teleop node exits 2 with one line (no traceback); its stack (where it respawns)
     ends with that status instead of restarting it forever."""
@@ -309,6 +305,7 @@ def test_off_loopback_without_a_token_the_node_says_one_line_and_its_stack_ends(
     assert any("configuration error (2)" in line for line in lines)
 
 
+@pytest.mark.ros
 def test_the_token_is_neither_on_rosout_nor_a_parameter_and_the_operator_gets_the_url(tmp_path):
     """Through the real teleop node: the address with the token is on the node's standard
     output (the operator's terminal) only; /rosout and the node's parameters never hold it;

@@ -15,29 +15,11 @@ from robot_rl.data.recorder import EpisodeRecorder, transitions
 from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
 from robot_rl.envs import make_env
 from robot_rl.rollout import collect_demos
+from tests.helpers.common import synthetic_episode  # noqa: E402
 
 FIELDS = {"state": ((5,), np.float32), "action": ((7,), np.float32), "front": ((16, 20, 3), np.uint8),
           "privileged_cube": ((7,), np.float32)}
 CAMERAS = {"front": (16, 20)}
-
-
-def synthetic_episode(seed: int, frames: int | None = None) -> dict:
-    rng = np.random.default_rng(seed)
-    n = frames or int(rng.integers(3, 12))
-    episode = {
-        "state": rng.normal(size=(n, 5)).astype(np.float32),
-        "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
-        "front": rng.integers(0, 256, (n, 16, 20, 3), dtype=np.uint8),
-        "privileged_cube": rng.normal(size=(n, 7)).astype(np.float32),
-        "reward": rng.normal(size=n).astype(np.float32),
-        "terminated": rng.random(n) < 0.5,
-        "truncated": rng.random(n) < 0.5,
-        "is_intervention": rng.random(n) < 0.5,
-        "success": rng.random(n) < 0.5,
-        "has_action": np.arange(n) < n - 1,
-        "timestamp": np.cumsum(rng.random(n)),
-    }
-    return episode
 
 
 def new_store(path, images="lossless") -> EpisodeStore:
@@ -223,6 +205,7 @@ def test_a_camera_size_mismatch_with_the_env(tmp_path):
         load_demos(tmp_path / "px.zarr", make_env("PegInsert"), "PegInsert", lambda *t: None)
 
 
+@pytest.mark.integration
 def test_record_cli_and_train_from_the_store(tmp_path, capsys):
     out = tmp_path / "demos.zarr"
     assert main(["record", "--task", "PegInsert", "--episodes", "2", "--out", str(out), "--successful-only"]) == 0
@@ -251,6 +234,7 @@ def test_record_cli_and_train_from_the_store(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- crash safety
+@pytest.mark.faults
 def test_sigkill_at_chosen_writes_never_loses_a_completed_episode(tmp_path):
     """A recording process stops after every file it writes until the test says go, so each of
     16 SIGKILLs lands exactly where chosen, whatever the machine's load: among an episode's

@@ -32,7 +32,8 @@ import numpy as np  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig, agent_config_for  # noqa: E402
+from robot_rl.agent_setup import agent_config_for, check_train_config  # noqa: E402
+from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig  # noqa: E402
 from robot_rl.agents.sac import metrics_to_floats  # noqa: E402
 from robot_rl.runtime.device import OutOfDeviceMemory  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_the_device_setting_is_the_agents_and_the_only_way_to_choose_it():
     with pytest.raises(ConfigError, match="--device"):
         TrainConfig(agent={"device": "cuda"}).validate()
     with pytest.raises(DeviceError, match="'gpu0': not a device"):
-        TrainConfig(device="gpu0").validate()
+        check_train_config(TrainConfig(device="gpu0"))
 
 
 def test_the_train_actor_acts_on_the_cpu_and_takes_the_learners_weights(tmp_path):

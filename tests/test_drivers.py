@@ -267,6 +267,7 @@ def test_realsense_camera_reads_injected_frames_with_device_spacing():
     cam.close()
 
 
+@pytest.mark.ros
 def test_realsense_frames_reach_a_ros_topic():
     from robot_rl.drivers.camera import RealSenseCamera
     from robot_rl.drivers.camera_node import CameraNode
@@ -333,6 +334,7 @@ def zs_after(poses, mark: int) -> np.ndarray:
     return np.array([m.pose.position.z for _, m in poses[mark:]])
 
 
+@pytest.mark.ros
 def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe, (arm, cam), logs = sim_cell
     poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
@@ -406,6 +408,7 @@ run(SlowResetArm)
 """
 
 
+@pytest.mark.ros
 def test_the_arm_takes_the_e_stop_while_a_reset_is_still_running(tmp_path):
     """The e-stop must act during a reset's motion (seconds on a real arm): the arm node's own
     callbacks are busy with the reset, so the e-stop has a node and a thread of its own. Here
@@ -433,6 +436,7 @@ def test_the_arm_takes_the_e_stop_while_a_reset_is_still_running(tmp_path):
             probe.close()
 
 
+@pytest.mark.ros
 def test_malformed_commands_never_crash_the_arm(sim_cell):
     probe, (arm, cam), logs = sim_cell
     status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
@@ -460,6 +464,7 @@ def test_malformed_commands_never_crash_the_arm(sim_cell):
     assert "dropped velocity command" in (logs / "arm_node.log").read_text()
 
 
+@pytest.mark.ros
 def test_the_operators_action_runs_first_and_the_arm_reports_it(sim_cell):
     """While teleop/intervening, the arm executes teleop/action whatever the policy commands,
     and says so on arm/applied_action; malformed teleop actions are dropped and counted."""
@@ -505,6 +510,7 @@ def test_the_operators_action_runs_first_and_the_arm_reports_it(sim_cell):
     assert arm.poll() is None
 
 
+@pytest.mark.ros
 def test_malformed_frames_poses_and_episodes_are_dropped_and_counted(tmp_path):
     """The actor's observation assembly and the recorder take bad messages without crashing:
     each is dropped, counted, and warned about at a bounded rate."""
@@ -609,6 +615,7 @@ class FakeTime:
         self.ns += int(round(seconds * 1e9))
 
 
+@pytest.mark.ros
 def test_commands_leave_a_fixed_latency_after_their_arm_tick_and_late_ones_are_counted(monkeypatch):
     """With command_latency_s the actor holds each command until its observation's arm tick +
     the latency (a constant delay, a regular rate); a policy later than that sends at once and

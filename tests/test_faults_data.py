@@ -18,6 +18,9 @@ from robot_rl.data import EpisodeStore, StoreError, check_store
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 from write_gate import GatedProcess  # noqa: E402
+from tests.helpers.common import one_line_error  # noqa: E402
+
+pytestmark = pytest.mark.faults
 
 FIELDS = {"state": ((3,), np.float32), "action": ((2,), np.float32), "front": ((8, 8, 3), np.uint8)}
 FRAMES = 12  # per episode: 6 episodes are 72 frames, so the images span two shards of 64 frames
@@ -74,15 +77,6 @@ def cli(args: list[str], capsys) -> tuple[int, str, str]:
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def one_line_error(err: str, *needles: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("robot-rl: error: "), err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def no_partial_outputs(folder: Path) -> bool:

@@ -29,6 +29,8 @@ from robot_rl.runtime.checkpoint import (CheckpointError, latest_checkpoint, loa
                                          resolve_checkpoint, verify_checkpoint, write_manifest)
 from robot_rl.commands.train import TrainConfig, TrainingError, train
 
+pytestmark = pytest.mark.faults
+
 QUICK = dict(task="PickCube", obs="state", demos=0, learner="inline", eval_every=100_000, eval_episodes=1,
              final_eval_episodes=1, progress=False)
 QUICK_FLAGS = ["--obs", "state", "--demos", "0", "--eval-every", "100000", "--eval-episodes", "1",

@@ -19,6 +19,8 @@ from robot_rl.drivers.franka import FrankaArm, FrankaConnectionError, FrankaSett
 from robot_rl.drivers.franka_sim_node import ServerProcess as FrankaSimServer  # noqa: E402
 from robot_rl.drivers.franka_sim_node import free_loopback  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 HOME_JOINTS = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 START = np.array([0.45, 0.0, 0.3])
 DOWN = np.array([0.0, 1.0, 0.0, 0.0])

@@ -17,6 +17,7 @@ from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.commands.cli import main
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 from robot_rl.runtime.checkpoint import CheckpointError, check_same_encoder, load_replay
+from tests.helpers.common import one_line_error  # noqa: E402
 
 CAMS = ("front", "wrist")
 SIZE = (32, 32)
@@ -54,15 +55,6 @@ def observation(seed: int = 0, image_size=SIZE) -> dict:
 def image_spec(image_size=SIZE) -> dict:
     return {"state": ((STATE_DIM,), np.dtype(np.float32)),
             **{cam: ((*image_size, 3), np.dtype(np.uint8)) for cam in CAMS}}
-
-
-def one_line_error(capsys, *needles) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("robot-rl: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -184,20 +176,20 @@ def test_train_cli_refuses_a_frozen_encoder_that_does_not_fit_in_one_line(tmp_pa
     run = tmp_path / "run"
     base = ["train", "--steps", "10", "--run-dir", str(run)]
     assert main(base + ["--obs", "state", "--frozen-encoder", enc]) == 2
-    one_line_error(capsys, enc, "needs --obs pixels")
+    one_line_error(capsys.readouterr().err, enc, "needs --obs pixels")
     assert main(base + ["--obs", "pixels", "--image-size", "64", "--frozen-encoder", enc]) == 2
-    one_line_error(capsys, "trained on 32x32 frames, not 64x64", "--image-size 32 32")
+    one_line_error(capsys.readouterr().err, "trained on 32x32 frames, not 64x64", "--image-size 32 32")
     front_only = make_encoder(tmp_path / "front_only", cameras=("front",))
     assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", str(front_only)]) == 2
-    one_line_error(capsys, str(front_only), "not ['wrist']")
+    one_line_error(capsys.readouterr().err, str(front_only), "not ['wrist']")
     assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", str(tmp_path / "nowhere")]) == 2
-    one_line_error(capsys, "no encoder.safetensors")
+    one_line_error(capsys.readouterr().err, "no encoder.safetensors")
     # the frozen encoder is the camera encoder: another one asked for as well is a contradiction
     assert main(base + ["--obs", "pixels", "--image-size", "32", "--frozen-encoder", enc,
                         "--image-encoder", "resnet18"]) == 2
-    one_line_error(capsys, "--frozen-encoder", "--image-encoder")
+    one_line_error(capsys.readouterr().err, "--frozen-encoder", "--image-encoder")
     assert main(base + ["--obs", "pixels", "--image-size", "32", "--agent", "image_encoder=frozen"]) == 2
-    one_line_error(capsys, "--frozen-encoder DIR")
+    one_line_error(capsys.readouterr().err, "--frozen-encoder DIR")
     assert not run.exists()
 
 
@@ -461,7 +453,7 @@ def test_encoder_pretrain_bad_input_is_one_line_before_any_training(tmp_path, st
     ]
     for args, needles in cases:
         assert main(base + args) == 2, args
-        one_line_error(capsys, *needles)
+        one_line_error(capsys.readouterr().err, *needles)
     assert not (out / ENCODER_FILE).exists()
 
 
@@ -500,9 +492,9 @@ def test_a_frozen_pixel_run_evaluates_without_its_encoder_folder_and_resumes_onl
     make_encoder(enc, seed=1)
     other = make_encoder(tmp_path / "other", seed=1)
     assert main(["train", "--resume", str(run), "--steps", "40"]) == 2
-    one_line_error(capsys, str(ckpt), encoder.sha[:12], "use it with its own encoder")
+    one_line_error(capsys.readouterr().err, str(ckpt), encoder.sha[:12], "use it with its own encoder")
     assert main(["train", "--resume", str(run), "--steps", "40", "--frozen-encoder", str(other)]) == 2
-    one_line_error(capsys, str(ckpt), encoder.sha[:12])
+    one_line_error(capsys.readouterr().err, str(ckpt), encoder.sha[:12])
     assert resolve_checkpoint(run) == ckpt and len(load_replay(ckpt, encoder.sha).online) == 30
     # the run's own encoder, moved elsewhere, resumes it
     assert main(["train", "--resume", str(run), "--steps", "40", "--frozen-encoder", str(tmp_path / "moved")]) == 0
@@ -519,6 +511,7 @@ PIXEL_FAILURES_LEFT = 0.5  # "past the clone": at most half the cloned policy's 
 PIXEL_FLOOR = 0.85
 
 
+@pytest.mark.learning
 @pytest.mark.timeout(1800)  # a bound against a hang: 3,000 pixel steps with the human take 7-12 min on a loaded 2-core machine
 def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path):
     """Issue 20's learning test, with issue 30's human in the loop: PickCube from what a real cell

@@ -5,6 +5,8 @@ buffer as well as the online one, and reported per 1,000 env steps and in the pr
 import pytest
 import torch
 
+pytestmark = pytest.mark.learning
+
 CAMS = ("front", "wrist")
 SIZE = (32, 32)
 STEPS = 120

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -21,6 +20,9 @@ from robot_rl.commands.cli import main as cli
 from robot_rl.runtime.launcher import (LaunchError, NodeSpec, Supervisor, launch, load_stacks, parse_overrides,
                                       resolve)
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
+from tests.helpers.common import wait_until  # noqa: E402
+
+pytestmark = pytest.mark.ros
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("sim_train", "train", "record_demos", "session", "franka_sim")
@@ -162,15 +164,6 @@ def test_supervisor_respawns_and_stops_when_the_required_node_exits(tmp_path, mo
     assert supervisor.folder is not None and not supervisor.folder.exists()  # its parameter files removed
 
 
-def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
-    """Until ``condition()`` holds; the bound is a failsafe, not a time assertion."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_supervisor_says_once_that_an_optional_node_failed_and_returns_0_when_stopped(monkeypatch):
     scripts = {"quitter": "import sys; sys.exit(4)", "crasher": "import sys; sys.exit(3)",
                "sleeper": "import time; time.sleep(600)"}
@@ -183,10 +176,10 @@ def test_supervisor_says_once_that_an_optional_node_failed_and_returns_0_when_st
     runner = threading.Thread(target=lambda: result.update(code=supervisor.run()))
     runner.start()
     try:
-        _wait_for(lambda: any("quitter exited (4)" in x for x in lines), "the quitter's exit")
+        wait_until(lambda: any("quitter exited (4)" in x for x in lines), "the quitter's exit")
         seen = supervisor.restarts["crasher"]
         # each respawn is a later pass over every node, the exited quitter included
-        _wait_for(lambda: supervisor.restarts["crasher"] >= seen + 2, "two more passes of the supervisor")
+        wait_until(lambda: supervisor.restarts["crasher"] >= seen + 2, "two more passes of the supervisor")
     finally:
         supervisor.stopping.set()  # what launch()'s SIGTERM handler does
         runner.join(60)

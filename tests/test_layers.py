@@ -27,6 +27,7 @@ lint_imports = _load_script()
 CORE = "The core never imports ROS, drivers, teleop, commands or benchmarks"
 SIM = "The sim twin never imports the learner side, ROS, drivers, teleop, commands or benchmarks"
 NODES = "Drivers and teleop never import commands or benchmarks"
+CONFIG = "The configuration builds nothing: robot_rl.config imports no envs, runtime, networks, sim, data or commands"
 
 
 @pytest.fixture
@@ -47,16 +48,16 @@ def test_assembled_tree_is_the_installed_layout(tree):
 def test_contracts_kept_on_the_tree(tree):
     result = lint_imports.lint(tree)
     assert result.returncode == 0, result.stdout + result.stderr
-    for name in (CORE, SIM, NODES):
+    for name in (CORE, SIM, NODES, CONFIG):
         assert f"{name} KEPT" in result.stdout
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 def test_script_checks_the_checkout():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "lint_imports.py")],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize("module, line, contract, chain", [
@@ -68,6 +69,8 @@ def test_script_checks_the_checkout():
     ("teleop/console.py", "import robot_rl.bench.hil", NODES, "robot_rl.teleop.console -> robot_rl.bench.hil"),
     ("drivers/camera_node.py", "import robot_rl.commands.cli", NODES,
      "robot_rl.drivers.camera_node -> robot_rl.commands.cli"),
+    ("config.py", "from robot_rl.envs import obs_spec", CONFIG, "robot_rl.config -> robot_rl.envs"),
+    ("config.py", "import robot_rl.agents.sac", CONFIG, "robot_rl.config -> robot_rl.agents.sac"),
 ])
 def test_planted_violation_breaks_its_contract(tree, module, line, contract, chain):
     with (tree / "robot_rl" / module).open("a") as f:

@@ -17,6 +17,8 @@ from robot_rl.data.store import EpisodeStore  # noqa: E402
 from robot_rl.drivers import topics  # noqa: E402
 from tests.helpers.ros import Probe, free_domain_id, node_process, stop  # noqa: E402
 
+pytestmark = pytest.mark.ros
+
 SIZE = 32
 PIXELS = {"task": "PickCube", "obs": "pixels", "cameras": "[front]", "image_size": f"[{SIZE},{SIZE}]"}
 

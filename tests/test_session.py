@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.common import free_port  # noqa: E402
+
+pytestmark = pytest.mark.ros
 
 
 def test_session_with_a_simulated_human_records_its_interventions(tmp_path):
@@ -91,12 +94,6 @@ def supervised(nodes, env):
     finally:
         supervisor.stopping.set()
         runner.join(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_session_stacks_teleop_node_starts_with_the_stacks_arguments():

@@ -335,6 +335,7 @@ def test_console_server_serves_on_loopback_with_a_token_of_its_own(tmp_path):
     assert ConsoleServer(RecordingBackend(), port=0).token != server.token  # a new one per start
 
 
+@pytest.mark.learning
 def test_training_with_a_simulated_human_flags_and_counts_its_steps(tmp_path):
     from robot_rl.commands.train import TrainConfig, train
 

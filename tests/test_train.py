@@ -16,6 +16,7 @@ TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_wa
             batch_size=64, agent={"hidden": [64, 64]})
 
 
+@pytest.mark.learning
 def test_learns_peg_insert_from_few_demos(tmp_path, capsys):
     """A small state task learned to a meaningful success rate, asserted over 20 episodes: three
     demos clone into a policy that often misses the hole; the online phase must fix it. The
@@ -42,6 +43,7 @@ def test_learns_peg_insert_from_few_demos(tmp_path, capsys):
     assert result["episodes"] == 20 and result["success_rate"] >= 0.85, result
 
 
+@pytest.mark.integration
 def test_learner_process_keeps_the_update_ratio_and_checkpoints(tmp_path):
     run = tmp_path / "run"
     s = train(TrainConfig(task="PickCube", demos=2, env_steps=80, eval_every=80, learner="process", run_dir=str(run),
@@ -51,6 +53,7 @@ def test_learner_process_keeps_the_update_ratio_and_checkpoints(tmp_path):
     assert (run / "checkpoints" / "step_000000080" / "agent.safetensors").is_file()
 
 
+@pytest.mark.integration
 def test_checkpoint_resume_continues_counters_and_buffers(tmp_path):
     run = tmp_path / "run"
     first = train(TrainConfig(task="PickCube", demos=2, env_steps=120, eval_every=60, checkpoint_every=60,
@@ -205,6 +208,7 @@ def _final_weights(run) -> dict:
     return load_file(str(ckpt / "agent.safetensors"))
 
 
+@pytest.mark.learning
 def test_one_seed_gives_one_run_whatever_the_learner_timing(tmp_path):
     """Sim pacing with a weights schedule: a learner in its own process (overlapping the actor,
     timed by the OS) and one driven inline between control steps learn the same weights and act

@@ -26,6 +26,7 @@ from robot_rl.runtime.transport import (
     pipe_pair,
     unpack,
 )
+from tests.helpers.common import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)  # hang guard; every test is meant to take well under 5 s
 
@@ -91,15 +92,6 @@ def _collect(ep, until, timeout: float) -> list[Message]:
     while not until(got) and time.monotonic() < deadline:
         got.extend(ep.receive(timeout=0.1))
     return got
-
-
-def _wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 # --------------------------------------------------------------------------------------
@@ -455,7 +447,7 @@ def test_pipe_close_flushes_and_peer_sees_it():
         assert a.send("stop")
         a.close()
         assert not a.send("transition")
-        assert _wait_for(lambda: b.peer_closed, 5.0)
+        wait_until(lambda: b.peer_closed, "the peer to close", 5.0)
         msgs = b.receive()
         assert [m.kind for m in msgs] == ["transition"] * 10 + ["stop"]
         assert [m.meta.get("i") for m in msgs[:10]] == list(range(10))
@@ -498,7 +490,7 @@ def test_pipe_child_process_echo_with_large_arrays():
         assert ep.send("stop")
         proc.join(10.0)
         assert proc.exitcode == 0
-        assert _wait_for(lambda: ep.peer_closed, 5.0)
+        wait_until(lambda: ep.peer_closed, "the peer to close", 5.0)
         assert ep.dropped == 0
 
 
@@ -506,7 +498,7 @@ def test_pipe_child_process_weights_latest_wins():
     with _spawned(_weights_child, 5) as (proc, ep):
         # The child sends 5 weights and a status, flushes and exits; once we see the
         # EOF every frame is in our inbox and only the newest weights must be there.
-        assert _wait_for(lambda: ep.peer_closed, SPAWN_READY_S)
+        wait_until(lambda: ep.peer_closed, "the peer to close", SPAWN_READY_S)
         msgs = ep.receive()
         assert [(m.kind, m.meta) for m in msgs] == [
             ("weights", {"version": 4}),

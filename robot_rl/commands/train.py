@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
-from robot_rl.config import TrainConfig, agent_config_for, demo_source
+from robot_rl.agent_setup import agent_config_for, check_train_config
+from robot_rl.config import TrainConfig, demo_source
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import TrainingError
@@ -191,7 +192,7 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         run_dir = new_run_dir(cfg)
         actor_state["demo_episodes"] = cfg.demos
-    cfg.validate()
+    check_train_config(cfg)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import synthetic_episode as random_episode  # noqa: E402
 from write_gate import install  # noqa: E402
 
 from robot_rl.data.store import EpisodeStore  # noqa: E402
@@ -24,21 +25,9 @@ CAMERAS = {"front": (48, 48), "wrist": (48, 48)}
 
 
 def synthetic_episode(index: int) -> dict:
-    rng = np.random.default_rng(index)
-    n = int(rng.integers(5, 40))
-    return {
-        "state": rng.normal(size=(n, 20)).astype(np.float32),
-        "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32),
-        "front": rng.integers(0, 256, (n, 48, 48, 3), dtype=np.uint8),
-        "wrist": np.broadcast_to(np.arange(48, dtype=np.uint8)[None, :, None, None] + index % 7, (n, 48, 48, 3)).copy(),
-        "reward": rng.normal(size=n).astype(np.float32),
-        "terminated": rng.random(n) < 0.3,
-        "truncated": rng.random(n) < 0.3,
-        "is_intervention": rng.random(n) < 0.3,
-        "success": rng.random(n) < 0.3,
-        "has_action": np.arange(n) < n - 1,
-        "timestamp": np.arange(n) * 0.1,
-    }
+    """Episode ``index`` of this store's fields (a random front camera, a smooth wrist one)."""
+    return random_episode(index, state_dim=20, cameras={"front": (48, 48)}, smooth_cameras={"wrist": (48, 48)},
+                          privileged=(), lengths=(5, 40))
 
 
 def main(path: str) -> None:

@@ -1,0 +1,94 @@
+"""From a configuration to what it builds: the agent's settings on an env (``agent_config_for``),
+and the checks that read files, the simulator's experts or the hardware before any work starts
+(``check_train_config``: a frozen encoder's folder, a reward classifier's, the device). Kept out
+of ``robot_rl.config``, which every module reads and which builds nothing."""
+
+from __future__ import annotations
+
+from robot_rl.agents.settings import SACConfig
+from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig, agent_settings
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    """Everything ``robot-rl train`` checks before any work: the config's own values
+    (``TrainConfig.validate``), a simulated human's scripted expert, the frozen encoder and the
+    reward classifier against what the run renders, and the device."""
+    cfg.validate()
+    if cfg.human_eagerness > 0:
+        from robot_rl.sim.experts import check_expert
+
+        check_expert(cfg.task, "the simulated human (--simulated-human)")
+    check_frozen_encoder(cfg)
+    check_reward_classifier(cfg)
+    from robot_rl.runtime.device import resolve_device
+
+    resolve_device(cfg.device)  # a device that is not there ends the run before any work
+
+
+# agent settings that choose the camera encoder, which --frozen-encoder chooses by itself
+CAMERA_ENCODER_SETTINGS = {"image_encoder": "--image-encoder", "pretrained_path": "--pretrained",
+                           "freeze_backbone": "--freeze-backbone", "frozen_encoder": "--agent frozen_encoder",
+                           "frozen_encoder_path": "--agent frozen_encoder_path"}
+
+
+def check_frozen_encoder(cfg) -> dict | None:
+    """The description of ``cfg.frozen_encoder`` (a folder), checked against the config's
+    observation: pixels, from cameras it has backbones for, at the image size it was trained on,
+    and no other camera encoder asked for beside it. None without a frozen encoder."""
+    from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
+
+    if not cfg.frozen_encoder:
+        if cfg.agent.get("image_encoder") == "frozen":
+            raise ConfigError("image_encoder 'frozen' reads a frozen backbone's cached features: give its folder "
+                              "with --frozen-encoder DIR (robot-rl encoder pretrain makes one)")
+        return None
+    if cfg.obs != "pixels":
+        raise FrozenEncoderError(f"--frozen-encoder {cfg.frozen_encoder} reads camera frames: it needs --obs pixels")
+    clash = [flag for key, flag in CAMERA_ENCODER_SETTINGS.items()
+             if cfg.agent.get(key) not in (None, False, "frozen")]
+    if clash:
+        raise ConfigError(f"--frozen-encoder {cfg.frozen_encoder} is the camera encoder, and {', '.join(clash)} "
+                          "asks for another: give one (your ResNet-18 becomes a frozen encoder with robot-rl encoder "
+                          "pretrain --pretrained FILE)")
+    meta = read_encoder_meta(cfg.frozen_encoder)
+    check_encoder_fits(meta, cfg.cameras, cfg.image_size, cfg.frozen_encoder)
+    return meta
+
+
+def check_reward_classifier(cfg: TrainConfig) -> None:
+    """The reward classifier (a folder), checked by its recorded config alone (no weights) against
+    what the run renders: cameras the twin has and, with pixels, the run's image size (the twin
+    renders the policy's cameras and the classifier's at one size; a state run renders the
+    classifier's cameras at its own size)."""
+    if cfg.reward_classifier is None:
+        return
+    from robot_rl.contract import SIM_CAMERAS
+    from robot_rl.reward.classifier import ClassifierError, read_classifier_config
+
+    config = read_classifier_config(cfg.reward_classifier)
+    unknown = [cam for cam in config.cameras if cam not in SIM_CAMERAS]
+    if unknown:
+        raise ClassifierError(f"reward classifier {cfg.reward_classifier} reads camera {unknown[0]!r}, which the "
+                              f"twin does not render (its cameras: {', '.join(SIM_CAMERAS)})")
+    (h, w), (run_h, run_w) = config.image_size, cfg.image_size
+    if cfg.obs == "pixels" and (int(h), int(w)) != (int(run_h), int(run_w)):
+        raise ClassifierError(f"reward classifier {cfg.reward_classifier} was trained on {h}x{w} frames, the run "
+                              f"renders {run_h}x{run_w}: use --image-size {h} {w} or a classifier trained at that size")
+
+
+def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env) -> SACConfig:
+    """The agent of a config (its cell, policy and agent settings) on ``env``'s observations, on
+    the config's ``device`` (resolved: ``auto`` becomes the device this machine has)."""
+    from robot_rl.envs import obs_spec
+    from robot_rl.runtime.device import resolve_device
+
+    spec = obs_spec(env.observation_space)
+    residual = cfg.residual and cfg.has_demos
+    base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
+                grasp_critic=env.unwrapped.task.uses_gripper,
+                residual_scale=cfg.residual_scale if residual else 0.0,
+                residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
+    frozen = check_frozen_encoder(cfg)
+    if frozen is not None:  # a head over the frozen backbone's cached features
+        base.update(image_encoder="frozen", frozen_encoder=frozen, frozen_encoder_path=str(cfg.frozen_encoder))
+    return SACConfig.from_dict({**base, **agent_settings(cfg.agent)})

@@ -1,0 +1,79 @@
+"""The SAC agent's settings (``SACConfig``): a plain dataclass with no torch behind it, so that
+``robot_rl.config`` (which every module reads) and the command line can hold and check them
+without building anything. ``robot_rl.agents.sac`` builds the agent from them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+
+# The exploration of a run with a human in the loop, as HIL-SERL's actor explores (the main job,
+# `bench hil` and the CI pixel test; scripts/main.sh passes the same as --agent flags): the grasp
+# head greedy on its critic (demonstrations and takeovers explore the gripper; a random open
+# drops a lifted object) and the motion's target entropy -|A| for the twin's 6 motion dimensions
+# (SAC's own heuristic). Both halved the human's late share of the steps (docs/CALIBRATION.md).
+HUMAN_IN_THE_LOOP_EXPLORATION = {"grasp_epsilon": 0.0, "target_entropy": -6.0}
+
+
+@dataclass
+class SACConfig:
+    # observation
+    state_dim: int = 27
+    cameras: tuple[str, ...] = ()
+    image_size: tuple[int, int] = (64, 64)
+    image_encoder: str = "drq"  # "drq", "resnet18" or "frozen" (a head over cached features)
+    image_features: int = 64
+    state_features: int = 0  # 0: normalised state straight into the heads
+    pretrained_path: str | None = None
+    freeze_backbone: bool = False
+    augment_pad: int = 4
+    frozen_encoder: dict | None = None  # with image_encoder "frozen": the encoder's description (its meta, sha)
+    frozen_encoder_path: str | None = None  # ... and the folder its weights load from (None: from a checkpoint)
+    feature_augment_pad: int = 1  # random shift of cached feature maps, in feature cells
+    # networks
+    action_dim: int = 7
+    hidden: tuple[int, ...] = (256, 256)
+    num_critics: int = 2
+    num_target_critics: int = 2  # REDQ: min over a random subset of this size
+    grasp_critic: bool = True
+    # optimisation
+    discount: float = 0.97
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    tau: float = 0.005
+    init_temperature: float = 0.01
+    target_entropy: float | None = None  # None -> -|A_motion| / 2
+    backup_entropy: bool = False
+    critic_actor_ratio: int = 1  # critic updates per actor update
+    # imitation levers
+    residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
+    bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)
+    residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
+    q_filter: bool = True
+    # grasp critic
+    grasp_penalty: float = 0.02
+    grasp_margin: float = 0.05  # DQfD margin on demonstrated gripper commands (0: off)
+    gripper_width_index: int = 13  # where the gripper opening sits in obs["state"]
+    gripper_open_threshold: float = 0.07
+    grasp_epsilon: float = 0.1  # exploration for the discrete gripper head
+    device: str = "cpu"
+    autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
+
+    @property
+    def motion_dim(self) -> int:
+        return self.action_dim - 1 if self.grasp_critic else self.action_dim
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SACConfig":
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(known)
+        if unknown:
+            raise ValueError(f"unknown agent config keys {sorted(unknown)}")
+        fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**fixed)

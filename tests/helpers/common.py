@@ -1,0 +1,56 @@
+"""Helpers the tests share, each written once."""
+
+import socket
+import time
+
+import numpy as np
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the server that takes it binds 127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_line_error(err: str, *needles: str) -> str:
+    """``err`` (a command's stderr) is one ``robot-rl: error:`` line, without a traceback, naming
+    every one of ``needles``; returns the line."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("robot-rl: error: "), err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def wait_until(condition, what: str, timeout_s: float = 60.0, poll_s: float = 0.01) -> None:
+    """Until ``condition()`` holds; the bound is a failsafe against a hang, not a time assertion."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what} after {timeout_s:.0f} s")
+        time.sleep(poll_s)
+
+
+def synthetic_episode(seed: int, frames: int | None = None, *, state_dim: int = 5,
+                      cameras: dict | None = None, smooth_cameras: dict | None = None,
+                      privileged: tuple[str, ...] = ("cube",), lengths: tuple[int, int] = (3, 12)) -> dict:
+    """A random episode, the same for the same arguments: ``frames`` frames (else a seeded number
+    in ``lengths``), ``cameras`` ``{name: (h, w)}`` of random uint8 pixels (default front 16x20),
+    ``smooth_cameras`` of a gradient (compressible), a 7-number pose per ``privileged`` object."""
+    rng = np.random.default_rng(seed)
+    n = frames or int(rng.integers(*lengths))
+    episode = {"state": rng.normal(size=(n, state_dim)).astype(np.float32),
+               "action": rng.uniform(-1, 1, (n, 7)).astype(np.float32)}
+    for name, (h, w) in (cameras if cameras is not None else {"front": (16, 20)}).items():
+        episode[name] = rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+    for name, (h, w) in (smooth_cameras or {}).items():
+        episode[name] = np.broadcast_to(np.arange(h, dtype=np.uint8)[None, :, None, None] + seed % 7, (n, h, w, 3)).copy()
+    for name in privileged:
+        episode[f"privileged_{name}"] = rng.normal(size=(n, 7)).astype(np.float32)
+    episode.update(reward=rng.normal(size=n).astype(np.float32), terminated=rng.random(n) < 0.5,
+                   truncated=rng.random(n) < 0.5, is_intervention=rng.random(n) < 0.5,
+                   success=rng.random(n) < 0.5, has_action=np.arange(n) < n - 1,
+                   timestamp=np.cumsum(rng.random(n)))
+    return episode
