@@ -480,6 +480,8 @@ def add_launch(sub) -> None:
 
 
 def add_session(sub) -> None:
+    from robot_rl.teleop.simulated_human import SimulatedHumanConfig  # its default, written once
+
     ses = sub.add_parser("session", help="a teleoperation session on the sim twin: demonstrate and correct through "
                                          "the operator console and your devices while the policy learns; all recorded")
     ses.add_argument("--task", default="PickCube")
@@ -490,7 +492,7 @@ def add_session(sub) -> None:
     ses.add_argument("--mode", default="hold", choices=["hold", "toggle"], help="how a device's input intervenes")
     ses.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
                      help="add a simulated human (scripted expert) that takes over when the policy stalls")
-    ses.add_argument("--human-noise", type=float, default=0.05, metavar="STD",
+    ses.add_argument("--human-noise", type=float, default=SimulatedHumanConfig.noise, metavar="STD",
                      help="the simulated human's imprecision: noise on its motions, and this times 0.2 the chance "
                           "per step of a wrong gripper command (0: a precise human)")
     ses.add_argument("--console-host", default="127.0.0.1", help="another address than loopback needs --console-token")
