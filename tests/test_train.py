@@ -122,6 +122,28 @@ def test_eval_cli_rejects_a_checkpoint_from_another_observation_space(tmp_path, 
     assert "no checkpoint" in capsys.readouterr().err
 
 
+def test_eval_with_the_simulated_human_counts_its_takeovers_and_the_share_it_drove(tmp_path, capsys, monkeypatch):
+    """``robot-rl eval --simulated-human``: the operator watches the checkpoint's policy as in
+    training; a policy that does nothing stalls, so the operator takes over (for stalls) and
+    finishes the episodes, and the result says how much of them it drove."""
+    run = tmp_path / "run"
+    train(TrainConfig(task="PickCube", demos=1, env_steps=30, eval_every=30, learner="inline", run_dir=str(run),
+                      **TINY), log=lambda m: None)
+    from robot_rl.agents.sac import SACAgent
+
+    monkeypatch.setattr(SACAgent, "act", lambda self, obs, deterministic=False: np.zeros(7, np.float32))  # stalls
+    assert main(["eval", "--checkpoint", str(run), "--episodes", "3", "--simulated-human", "0.5", "--stochastic"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["policy"] == "stochastic" and result["human_eagerness"] == 0.5
+    assert result["episodes_with_a_takeover"] == 3 and result["takeovers_by_reason"].get("stall", 0) >= 3
+    assert result["takeovers"] == sum(result["takeovers_by_reason"].values())
+    steps = result["episode_length_mean"] * 3
+    assert 0 < result["human_steps"] < steps and result["human_share"] == pytest.approx(result["human_steps"] / steps,
+                                                                                        abs=1e-3)
+    assert main(["eval", "--checkpoint", str(run), "--simulated-human", "2"]) == 2
+    assert "--simulated-human is an eagerness" in capsys.readouterr().err
+
+
 def test_train_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["train", "--pretrained", str(tmp_path / "resnet18.pt"), "--obs", "pixels", "--steps", "10"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -293,7 +293,8 @@ def _cmd_eval(args) -> int:
         print(line, file=sys.stderr, flush=True)
 
     result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
-                                 seed=args.seed, device=args.device, log=progress)
+                                 seed=args.seed, device=args.device, log=progress,
+                                 human_eagerness=args.simulated_human, stochastic=args.stochastic)
     print(json.dumps(result))
     return 0
 
@@ -459,13 +460,19 @@ def add_report(sub) -> None:
 
 
 def add_eval(sub) -> None:
-    ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy)")
+    ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy; with "
+                                     "--simulated-human, how often the operator would still step in)")
     ev.add_argument("--checkpoint", required=True,
                     help="checkpoint folder, or run folder (its newest checkpoint that verifies)")
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--task", help="default: the task it was trained on")
     ev.add_argument("--backend", help="default: the backend it was trained on")
     ev.add_argument("--seed", type=int, default=3_000_000)
+    ev.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
+                    help="the simulated human watches, as in training (eagerness in (0, 1]): the result adds its "
+                         "takeovers by reason, the share of steps it drove and the episode lengths")
+    ev.add_argument("--stochastic", action="store_true", help="sample the policy's actions, as the actor does "
+                                                              "while training (default: its deterministic action)")
     add_device(ev, "the torch device the policy acts on")
     ev.set_defaults(func=_cmd_eval)
 

@@ -1,8 +1,12 @@
-"""``robot-rl eval``: run a checkpoint's deterministic policy on the sim twin."""
+"""``robot-rl eval``: run a checkpoint's policy on the sim twin: its deterministic policy alone
+(the success rate), or with the simulated human watching (how often the operator would still
+step in, and why: what a run's late human share is made of)."""
 
 from __future__ import annotations
 
 import json
+
+import numpy as np
 from pathlib import Path
 
 from robot_rl.envs import make_env
@@ -13,11 +17,16 @@ from robot_rl.runtime.device import resolve_device
 
 
 def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
-                        seed: int = 3_000_000, device: str = "auto", log=None) -> dict:
-    """The checkpoint's deterministic policy on ``device`` (auto, cpu, cuda, cuda:N, mps), whatever
-    device it was trained on; ``log``: progress lines."""
+                        seed: int = 3_000_000, device: str = "auto", log=None, human_eagerness: float = 0.0,
+                        stochastic: bool = False) -> dict:
+    """The checkpoint's policy on ``device`` (auto, cpu, cuda, cuda:N, mps), whatever device it was
+    trained on; ``log``: progress lines. Deterministic unless ``stochastic`` (as the actor samples
+    while training). ``human_eagerness`` > 0: the simulated human watches, as in training, and the
+    result adds its takeovers (by reason), the share of steps it drove and the episode lengths."""
     if episodes < 1:
         raise ValueError("--episodes must be at least 1")
+    if not 0.0 <= human_eagerness <= 1.0:
+        raise ValueError(f"--simulated-human is an eagerness in (0, 1] (0: no human), got {human_eagerness}")
     device = resolve_device(device)
     ckpt = resolve_checkpoint(Path(path))
     trained = read_state(ckpt).get("train_config", {})
@@ -28,10 +37,58 @@ def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, 
                    tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
     try:
         check_compatible(agent.config, env, ckpt)
-        result = evaluate(lambda o: agent.act(o, deterministic=True), env, episodes, seed=seed, log=log)
+        agent.seed_acting(seed)
+        policy = lambda o: agent.act(o, deterministic=not stochastic)  # noqa: E731
+        if human_eagerness > 0:
+            result = evaluate_with_human(policy, env, task, human_eagerness, episodes, seed, log)
+        else:
+            result = evaluate(policy, env, episodes, seed=seed, log=log)
     finally:
         env.close()
-    return {"checkpoint": str(ckpt), "task": task, "device": device, **result}
+    return {"checkpoint": str(ckpt), "task": task, "device": device, "policy": "stochastic" if stochastic else
+            "deterministic", **result}
+
+
+def evaluate_with_human(policy, env, task: str, eagerness: float, episodes: int, seed: int, log=None) -> dict:
+    """Episodes of ``policy`` with the simulated human (teleop/simulated_human.py) watching the
+    raw scene and taking over as it does in training; success by ground truth."""
+    import collections
+
+    from robot_rl.runtime.progress import ProgressLines
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    human = SimulatedHuman(task, SimulatedHumanConfig(eagerness=eagerness), seed=seed)
+    cell = env.env  # the raw scene (privileged poses included), what the human judges by
+    reasons: collections.Counter = collections.Counter()
+    lengths, successes, human_steps, takeovers, helped = [], [], 0, 0, 0
+    progress = ProgressLines("evaluation with the simulated human", episodes, unit="episodes", log=log) if log else None
+    for i in range(episodes):
+        raw, _ = cell.reset(seed=seed + i)
+        human.reset()
+        steps, was_human = 0, False
+        while True:
+            action = human(raw)
+            if action is not None and not was_human:
+                takeovers += 1
+                reasons["stall" if human.reason.startswith("no progress") else "fall"] += 1
+            was_human = action is not None
+            human_steps += was_human
+            raw, _, terminated, truncated, info = cell.step(action if was_human else policy(env.observation(raw)))
+            steps += 1
+            if terminated or truncated:
+                break
+        lengths.append(steps)
+        successes.append(bool(info["success"]))
+        helped += human.takeovers > 0
+        if progress is not None:
+            progress.update(i + 1, human=f"{human_steps / sum(lengths):.3f}")
+    lengths_arr = np.asarray(lengths)
+    return {"success_rate": float(np.mean(successes)), "episodes": episodes, "seed_range": [seed, seed + episodes - 1],
+            "human_eagerness": eagerness, "human_steps": int(human_steps),
+            "human_share": round(human_steps / int(lengths_arr.sum()), 4),
+            "takeovers": takeovers, "takeovers_by_reason": dict(reasons),
+            "episodes_with_a_takeover": helped,
+            "episode_length_mean": float(lengths_arr.mean()), "episode_length_median": float(np.median(lengths_arr))}
 
 
 if __name__ == "__main__":  # pragma: no cover
