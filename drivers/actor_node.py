@@ -35,6 +35,7 @@ from robot_rl.drivers.node import apply_task_file, declare_config, run_loop, sta
 from robot_rl.drivers.ros_env import RosArmEnv
 from robot_rl.drivers.ros_transport import actor_endpoint
 from robot_rl.envs import FlatObservation
+from robot_rl.errors import InputError
 
 
 class ActorNode(Node):
@@ -46,10 +47,10 @@ class ActorNode(Node):
         if cfg.run_dir:
             write_config_json(f"{cfg.run_dir}/actor_config.json", cfg)
         if cfg.policy not in POLICIES or cfg.keep not in ("all", "successes"):
-            raise ValueError(f"policy must be one of {POLICIES} and keep 'all' or 'successes'; got {cfg.policy!r}, "
+            raise InputError(f"policy must be one of {POLICIES} and keep 'all' or 'successes'; got {cfg.policy!r}, "
                              f"{cfg.keep!r}")
         if cfg.policy == "expert" and not cfg.sim:
-            raise ValueError("policy 'expert' is the sim's scripted expert: it needs sim:=true (object poses)")
+            raise InputError("policy 'expert' is the sim's scripted expert: it needs sim:=true (object poses)")
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
         # every camera is subscribed and recorded; a state policy does not see them

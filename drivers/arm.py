@@ -32,6 +32,7 @@ import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
+from robot_rl.errors import InputError
 
 
 class ArmBackend(Protocol):
@@ -59,7 +60,7 @@ class ArmSupervisor:
                  operator_timeout_s: float | None = None):
         self.limits, self.box, self.clock = limits, box, clock
         if operator_timeout_s is not None and not operator_timeout_s > 0:
-            raise ValueError(f"operator_timeout_s must be > 0, got {operator_timeout_s}")
+            raise InputError(f"operator_timeout_s must be > 0, got {operator_timeout_s}")
         self.operator_timeout_s = operator_timeout_s  # None: no operator required
         self._operator_seen = -np.inf
         self._operator_was_present = operator_timeout_s is None

@@ -38,6 +38,7 @@ from robot_rl.drivers import topics
 from robot_rl.drivers.arm import ArmSupervisor, SimArm
 from robot_rl.drivers.franka import DEFAULT_FORCE_THRESHOLDS, DEFAULT_TORQUE_THRESHOLDS
 from robot_rl.drivers.node import apply_task_file, declare_config, run, status_json
+from robot_rl.errors import InputError
 
 
 @dataclass
@@ -89,7 +90,7 @@ def make_backend(cfg: ArmNodeConfig, task):
                                   tracking_gain=cfg.tracking_gain)
         return FrankaArm(settings, task.workspace, tuple(cfg.home_joints) or task.home_joints, task.sample_start,
                          limits, task.uses_gripper, cfg.seed)
-    raise ValueError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
+    raise InputError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
                      "drivers.arm.ArmBackend)")
 
 
@@ -100,9 +101,9 @@ class ArmNode(Node):
         cfg = self.cfg
         self.limits = ControlLimits(control_hz=cfg.control_hz)
         if cfg.lockstep and cfg.backend != "sim":
-            raise ValueError("lockstep:=true is for the sim twin only: a real arm keeps its own clock")
+            raise InputError("lockstep:=true is for the sim twin only: a real arm keeps its own clock")
         if cfg.backend == "sim" and cfg.task_file:
-            raise ValueError("task_file is for a real arm (a cell with no simulator behind it); the sim backend runs "
+            raise InputError("task_file is for a real arm (a cell with no simulator behind it); the sim backend runs "
                              "the sim task named by task")
         self.backend = make_backend(cfg, task)
         # a backend that streams commands (a real arm) executes one the moment it arrives

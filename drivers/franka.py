@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 
 log = logging.getLogger(__name__)
@@ -77,16 +77,16 @@ class FrankaSettings:
         for name in ("velocity_factor", "acceleration_factor", "jerk_factor"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {value}")
+                raise InputError(f"{name} must be in (0, 1], got {value}")
         if len(self.torque_thresholds) != 7 or len(self.force_thresholds) != 6:
-            raise ValueError(f"collision thresholds: 7 joint torques and 6 Cartesian forces, got "
+            raise InputError(f"collision thresholds: 7 joint torques and 6 Cartesian forces, got "
                              f"{len(self.torque_thresholds)} and {len(self.force_thresholds)}")
         if not self.robot_ip:
-            raise ValueError("robot_ip is empty: the Franka's FCI address (the robot's IP, e.g. 172.16.0.2)")
+            raise InputError("robot_ip is empty: the Franka's FCI address (the robot's IP, e.g. 172.16.0.2)")
         if not 0.0 <= self.tracking_gain <= 1.0:
-            raise ValueError(f"tracking_gain must be in [0, 1], got {self.tracking_gain}")
+            raise InputError(f"tracking_gain must be in [0, 1], got {self.tracking_gain}")
         if self.tracking_speed_factor < 1.0:
-            raise ValueError(f"tracking_speed_factor must be >= 1, got {self.tracking_speed_factor}")
+            raise InputError(f"tracking_speed_factor must be >= 1, got {self.tracking_speed_factor}")
 
 
 @dataclass
@@ -140,7 +140,7 @@ class FrankaArm:
     def __init__(self, settings: FrankaSettings, safety_box: SafetyBox, home_joints, start_pose: Callable,
                  limits: ControlLimits = ControlLimits(), uses_gripper: bool = True, seed: int = 0):
         if len(home_joints) != 7:
-            raise ValueError(f"home_joints: 7 joint angles, got {len(home_joints)}")
+            raise InputError(f"home_joints: 7 joint angles, got {len(home_joints)}")
         self.settings, self.safety_box, self.limits = settings, safety_box, limits
         self.home_joints = np.asarray(home_joints, np.float64)
         self.start_pose, self.uses_gripper = start_pose, uses_gripper

@@ -19,6 +19,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header, UInt8MultiArray
 
 from robot_rl.contract import STATE_SLICES
+from robot_rl.errors import InputError
 
 
 class MessageError(ValueError):
@@ -72,7 +73,7 @@ def camera_info(stamp_ns: int, frame_id: str, height: int, width: int, fovy_deg:
     """A pinhole CameraInfo from (fx, fy, cx, cy) or a vertical field of view."""
     if intrinsics is None:
         if fovy_deg is None:
-            raise ValueError("camera_info needs intrinsics or fovy_deg")
+            raise InputError("camera_info needs intrinsics or fovy_deg")
         fy = height / (2 * np.tan(np.radians(fovy_deg) / 2))
         intrinsics = (fy, fy, (width - 1) / 2, (height - 1) / 2)
     fx, fy, cx, cy = (float(v) for v in intrinsics)

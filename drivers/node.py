@@ -9,6 +9,8 @@ import sys
 import typing
 from pathlib import Path
 
+from robot_rl.errors import InputError
+
 
 def declare_config(node, config_cls):
     """Declare one ROS parameter per dataclass field, with the field's help as its description,
@@ -39,7 +41,7 @@ def declare_config(node, config_cls):
             if isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             elif not isinstance(value, float):
-                raise ValueError(f"parameter {f.name} is a number, got {value!r}")
+                raise InputError(f"parameter {f.name} is a number, got {value!r}")
         else:
             value = node.declare_parameter(f.name, "" if default is None else default, descriptor).value
             if default is None and value == "":

@@ -30,7 +30,7 @@ from robot_rl import contract
 from robot_rl.contract import ControlLimits, validate_action
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 
 TOLERANCE_NS = 1_000_000  # stamps carried as float seconds (sim scene, success) round to < 1 us
 
@@ -178,7 +178,7 @@ class RosArmEnv(gym.Env):
         lag = max_frame_lag_s if max_frame_lag_s is not None else 0.5 * self.period_s
         self.stale_timeout_s = stale_timeout_s
         if not 0.0 <= command_latency_s < self.period_s:
-            raise ValueError(f"command latency {command_latency_s * 1e3:g} ms must lie in [0, one control period "
+            raise InputError(f"command latency {command_latency_s * 1e3:g} ms must lie in [0, one control period "
                              f"= {self.period_s * 1e3:g} ms)")
         self.command_latency_ns = int(command_latency_s * 1e9)
         self.command_latency_misses = 0

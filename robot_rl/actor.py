@@ -36,7 +36,7 @@ import torch
 
 from robot_rl.contract import OPERATOR_EVENTS
 from robot_rl.reward.wrapper import OperatorOutcome
-from robot_rl.errors import TrainingError
+from robot_rl.errors import InputError, TrainingError
 from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_death, learner_main
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 from robot_rl.runtime.wire import transition_arrays
@@ -202,7 +202,7 @@ class ActorLoop:
         env reports the task's true success (a simulator), so each episode records whether it
         was solved, whatever the reward said."""
         if keep not in ("all", "successes"):
-            raise ValueError(f"keep must be 'all' or 'successes', got {keep!r}")
+            raise InputError(f"keep must be 'all' or 'successes', got {keep!r}")
         self.env = OperatorOutcome(env)
         self.observe, self.act, self.human = observe, act, human
         self.learner, self.recorder, self.keep = learner, recorder, keep
@@ -261,7 +261,7 @@ class ActorLoop:
     # ---- operator ----------------------------------------------------------------------
     def handle(self, event: str) -> None:
         if event not in OPERATOR_EVENTS:
-            raise ValueError(f"unknown operator event {event!r}; known: {', '.join(OPERATOR_EVENTS)}")
+            raise InputError(f"unknown operator event {event!r}; known: {', '.join(OPERATOR_EVENTS)}")
         if event in ("success", "failure", "reset", "rerecord") and self._reset_due:
             self._new_episode()  # it is about the episode that starts now
         if event in ("success", "failure"):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robot_rl.agents.settings import SACConfig
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, MissingFileError, UserFacingError
 
 
 class ConfigError(UserFacingError):
@@ -163,37 +163,37 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
 
     def validate(self) -> None:
         if self.learner not in ("process", "inline"):
-            raise ValueError(f"learner must be 'process' or 'inline', got {self.learner!r}")
+            raise InputError(f"learner must be 'process' or 'inline', got {self.learner!r}")
         for name in ("env_steps", "batch_size", "eval_every", "eval_episodes", "final_eval_episodes",
                      "checkpoint_every", "weights_every", "n_step"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.checkpoint_every_s > 0:
-            raise ValueError(f"checkpoint_every_s must be > 0 seconds, got {self.checkpoint_every_s}")
+            raise InputError(f"checkpoint_every_s must be > 0 seconds, got {self.checkpoint_every_s}")
         if self.stop_at_success is not None and not 0.0 <= self.stop_at_success <= 1.0:
-            raise ValueError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
+            raise InputError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
         if not 0.0 <= self.demo_fraction <= 1.0:
-            raise ValueError(f"demo_fraction is a share of the batch in [0, 1], got {self.demo_fraction}")
+            raise InputError(f"demo_fraction is a share of the batch in [0, 1], got {self.demo_fraction}")
         if min(self.image_size) < 1:
-            raise ValueError(f"image_size must be positive, got {self.image_size}")
+            raise InputError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():
-            raise FileNotFoundError(f"demo store {self.demo_store}: no such path")
+            raise MissingFileError(f"demo store {self.demo_store}: no such path")
         if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
-            raise FileNotFoundError(f"reward classifier {self.reward_classifier}: no such path")
+            raise MissingFileError(f"reward classifier {self.reward_classifier}: no such path")
         if not 0.0 <= self.human_eagerness <= 1.0:
-            raise ValueError(f"human_eagerness (--simulated-human) must lie in [0, 1] (0: no human), "
+            raise InputError(f"human_eagerness (--simulated-human) must lie in [0, 1] (0: no human), "
                              f"got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
-            raise ValueError("demos must be >= 0 and utd > 0")
+            raise InputError("demos must be >= 0 and utd > 0")
         agent = sac_config().from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
         if not 1 <= agent.num_target_critics <= agent.num_critics:
-            raise ValueError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
+            raise InputError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
         if agent.critic_actor_ratio < 1:
-            raise ValueError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
+            raise InputError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
-            raise FileNotFoundError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
+            raise MissingFileError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
 
 

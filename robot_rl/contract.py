@@ -24,6 +24,8 @@ import enum
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.errors import InputError
+
 ACTION_DIM = 7
 CAMERAS = ("front", "wrist")
 # Every camera the sim twin has; ``side`` is rendered only when asked for.
@@ -54,7 +56,7 @@ def state_slices() -> dict[str, slice]:
 STATE_SLICES = state_slices()
 
 
-class ActionError(ValueError):
+class ActionError(InputError):
     """An action that cannot be executed (wrong shape, NaN or inf)."""
 
 
@@ -109,7 +111,7 @@ class SafetyBox:
 
     def __post_init__(self):
         if any(lo >= hi for lo, hi in zip(self.low, self.high)):
-            raise ValueError(f"safety box low {self.low} must be below high {self.high} on every axis")
+            raise InputError(f"safety box low {self.low} must be below high {self.high} on every axis")
 
     def clip_position(self, pos: np.ndarray) -> np.ndarray:
         return np.clip(pos, self.low, self.high)

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES
+from robot_rl.errors import InputError
 
 OBS_MODES = ("state", "pixels")
 
@@ -25,22 +26,22 @@ class FlatObservation(gym.ObservationWrapper):
         ignored with ``mode`` state)."""
         super().__init__(env)
         if mode not in OBS_MODES:
-            raise ValueError(f"obs mode must be one of {OBS_MODES}, got {mode!r}")
+            raise InputError(f"obs mode must be one of {OBS_MODES}, got {mode!r}")
         self.mode = mode
         spaces = env.observation_space.spaces
         state_dim = spaces["state"].shape[0]
         self.privileged_keys = sorted(spaces["privileged"].spaces) if mode == "state" and "privileged" in spaces else []
         if mode == "state":
             if not self.privileged_keys:
-                raise ValueError("obs='state' needs the sim's privileged object poses")
+                raise InputError("obs='state' needs the sim's privileged object poses")
             state_dim += sum(spaces["privileged"][k].shape[0] + 3 for k in self.privileged_keys)
         rendered = tuple(spaces["images"].spaces) if "images" in spaces else ()
         self.cameras = (tuple(cameras) if cameras is not None else rendered) if mode == "pixels" else ()
         if mode == "pixels" and not self.cameras:
-            raise ValueError("obs='pixels' needs an env with images")
+            raise InputError("obs='pixels' needs an env with images")
         missing = [cam for cam in self.cameras if cam not in rendered]
         if missing:
-            raise ValueError(f"the policy reads cameras {list(self.cameras)}; this env renders {list(rendered)}")
+            raise InputError(f"the policy reads cameras {list(self.cameras)}; this env renders {list(rendered)}")
         flat = {"state": gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)}
         for cam in self.cameras:
             flat[cam] = spaces["images"][cam]
@@ -83,7 +84,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     from robot_rl.sim.env import PandaCellEnv
 
     if obs not in OBS_MODES:
-        raise ValueError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
+        raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
     render = obs == "pixels"
     classifier = None
     if reward_classifier is not None:

@@ -5,6 +5,15 @@ class UserFacingError(RuntimeError):
     """Base for errors whose message names the fix (bad checkpoint, stopped training, ...)."""
 
 
+class InputError(UserFacingError, ValueError):
+    """A value given to robot_rl (an option, a config field, a file's content) that cannot be used;
+    the message names it and what would do. A ``ValueError`` as well, for callers that catch those."""
+
+
+class MissingFileError(UserFacingError, FileNotFoundError):
+    """A file or folder given to robot_rl that is not there; the message names it."""
+
+
 class TrainingError(UserFacingError):
     """Training stopped; the message says why and where the last good checkpoint is."""
 

@@ -15,11 +15,12 @@ from robot_rl.contract import CAMERAS, SIM_CAMERAS, ControlLimits, GripperComman
 from robot_rl.sim.controller import PHYSICS_DT
 from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
+from robot_rl.errors import InputError
 
 BACKENDS = ("mujoco", "pybullet")
 
 
-class UnknownBackendError(ValueError):
+class UnknownBackendError(InputError):
     pass
 
 
@@ -56,11 +57,11 @@ class PandaCellEnv(gym.Env):
         self.task = get_task(task)
         unknown = set(cameras) - set(SIM_CAMERAS)
         if unknown:
-            raise ValueError(f"unknown cameras {sorted(unknown)}; the twin has {list(SIM_CAMERAS)}")
+            raise InputError(f"unknown cameras {sorted(unknown)}; the twin has {list(SIM_CAMERAS)}")
         if len(image_size) != 2 or min(image_size) < 8:
-            raise ValueError(f"image_size must be (height, width) with both >= 8, got {image_size}")
+            raise InputError(f"image_size must be (height, width) with both >= 8, got {image_size}")
         if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+            raise InputError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.backend_name = backend
         self.backend = make_backend(backend, self.task)
         self.images = images

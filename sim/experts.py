@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 from robot_rl.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
 from robot_rl.sim.tasks import PegInsert, PickCube
 
@@ -38,7 +38,7 @@ class ScriptedExpert:
 
     def __init__(self, noise: float = 0.0, seed: int | None = None, limits: ControlLimits = ControlLimits()):
         if noise < 0:
-            raise ValueError(f"noise must be >= 0, got {noise}")
+            raise InputError(f"noise must be >= 0, got {noise}")
         self.noise = noise
         self.limits = limits
         self.rng = np.random.default_rng(seed)
@@ -60,7 +60,7 @@ class ScriptedExpert:
 
     def __call__(self, obs: dict) -> np.ndarray:
         if "privileged" not in obs:
-            raise ValueError("scripted experts read obs['privileged']; create the env with privileged=True")
+            raise InputError("scripted experts read obs['privileged']; create the env with privileged=True")
         action = self._clean_action(obs).astype(np.float64)
         if self.noise > 0:
             action[:6] += self.rng.normal(0.0, self.noise, size=6)

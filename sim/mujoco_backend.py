@@ -14,6 +14,7 @@ from robot_rl.sim import panda_description as panda
 from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
 from robot_rl.geometry import matrix_to_quat
 from robot_rl.sim.tasks import Layout, SceneObject, Task
+from robot_rl.errors import InputError
 
 
 
@@ -323,7 +324,7 @@ class MujocoBackend:
         state = np.asarray(state, np.float64)
         expected = m.nq + 7 * m.nmocap
         if state.shape != (expected,):
-            raise ValueError(f"scene state has {state.shape} values, this scene needs {expected}")
+            raise InputError(f"scene state has {state.shape} values, this scene needs {expected}")
         d.qpos[:] = state[: m.nq]
         d.mocap_pos[:] = state[m.nq : m.nq + 3 * m.nmocap].reshape(-1, 3)
         d.mocap_quat[:] = state[m.nq + 3 * m.nmocap :].reshape(-1, 4)

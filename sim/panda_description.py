@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import os
 
+from robot_rl.errors import UserFacingError
+
 ARM_JOINTS = tuple(f"panda_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("panda_finger_joint1", "panda_finger_joint2")
 ARM_EFFORT_LIMITS = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
@@ -37,8 +39,8 @@ WRIST_CAMERA_POS = (0.1, 0.0, 0.06)
 WRIST_CAMERA_TARGET = (0.0, 0.0, 0.16)
 
 
-class MissingRobotDescription(RuntimeError):
-    pass
+class MissingRobotDescription(UserFacingError):
+    """The Panda's robot description (pybullet_data's URDF and meshes) is not installed."""
 
 
 @functools.cache

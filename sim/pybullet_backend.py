@@ -10,6 +10,7 @@ import pybullet as pb
 from robot_rl.sim import panda_description as panda
 from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
 from robot_rl.sim.tasks import Layout, SceneObject, Task
+from robot_rl.errors import InputError
 
 GRIPPER_FORCE = 30.0  # N per finger, like the MuJoCo gripper's force range
 FINGER_FRICTION = 1.5
@@ -239,7 +240,7 @@ class PybulletBackend:
         elif camera == "side":
             eye, target, up, fov = panda.SIDE_CAMERA_POS, panda.SIDE_CAMERA_TARGET, (0.0, 0.0, 1.0), panda.SIDE_CAMERA_FOVY
         else:
-            raise ValueError(f"unknown camera {camera!r}; the twin has 'front', 'wrist' and 'side'")
+            raise InputError(f"unknown camera {camera!r}; the twin has 'front', 'wrist' and 'side'")
         view = pb.computeViewMatrix(list(eye), list(target), list(up), physicsClientId=cid)
         proj = pb.computeProjectionMatrixFOV(fov, width / height, 0.01, 5.0, physicsClientId=cid)
         img = pb.getCameraImage(width, height, view, proj, renderer=pb.ER_TINY_RENDERER,

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 
 from robot_rl.contract import SafetyBox
+from robot_rl.errors import UserFacingError
 from robot_rl.geometry import quat_to_matrix, yaw_to_quat
 
 # Gripper width when fully open (metres between the finger pads).
@@ -170,7 +171,7 @@ class PegInsert(Task):
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert)}
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UserFacingError, KeyError):
     def __str__(self) -> str:
         return self.args[0]
 

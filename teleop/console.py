@@ -46,7 +46,7 @@ from typing import Protocol
 from urllib.parse import parse_qs
 
 from robot_rl.contract import OPERATOR_EVENTS as BUTTON_EVENTS
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 
 INTERVENE = ("hold", "release", "toggle")
 CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"
@@ -133,7 +133,7 @@ class ConsoleGuard:
         if scope["type"] == "websocket":
             return await self._guard_websocket(scope, receive, send)
         if scope["type"] != "http":
-            raise ValueError(f"the console serves HTTP only, not {scope['type']!r} connections")
+            raise InputError(f"the console serves HTTP only, not {scope['type']!r} connections")
         headers = _headers(scope)
         host = self._host(scope, headers)
         if host is None:

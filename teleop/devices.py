@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 
 
 class DeviceUnavailable(UserFacingError):
@@ -40,7 +40,7 @@ class Mapping:
 
     def validate(self) -> None:
         if not 0.0 <= self.dead_zone < 1.0:
-            raise ValueError(f"dead_zone must lie in [0, 1), got {self.dead_zone}")
+            raise InputError(f"dead_zone must lie in [0, 1), got {self.dead_zone}")
 
 
 @dataclass
@@ -267,4 +267,4 @@ def open_device(name: str, mapping: Mapping | None = None):
         return Gamepad(mapping)
     if name == "keyboard":
         return KeyboardDevice(mapping or Mapping(dead_zone=0.0))
-    raise ValueError(f"unknown teleop device {name!r}; available: spacemouse, gamepad, keyboard")
+    raise InputError(f"unknown teleop device {name!r}; available: spacemouse, gamepad, keyboard")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robot_rl.teleop.devices import TeleopInput
+from robot_rl.errors import InputError
 
 MODES = ("hold", "toggle")
 
@@ -29,7 +30,7 @@ class Decision:
 class InterventionSwitch:
     def __init__(self, mode: str = "hold"):
         if mode not in MODES:
-            raise ValueError(f"intervention mode must be one of {MODES}, got {mode!r}")
+            raise InputError(f"intervention mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.toggled = False
         self.held_by_console = False

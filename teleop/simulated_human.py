@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robot_rl.errors import InputError
+
 
 @dataclass
 class SimulatedHumanConfig:
@@ -40,11 +42,11 @@ class SimulatedHumanConfig:
 
     def validate(self) -> None:
         if not 0.0 < self.eagerness <= 1.0:
-            raise ValueError(f"eagerness must lie in (0, 1], got {self.eagerness}")
+            raise InputError(f"eagerness must lie in (0, 1], got {self.eagerness}")
         if self.takeover_steps < 1 or self.max_takeovers < 0 or self.base_patience < 1:
-            raise ValueError("takeover_steps and base_patience must be >= 1, max_takeovers >= 0")
+            raise InputError("takeover_steps and base_patience must be >= 1, max_takeovers >= 0")
         if not 1 <= self.min_takeover_steps <= self.takeover_steps:
-            raise ValueError(f"min_takeover_steps must lie in [1, takeover_steps={self.takeover_steps}], "
+            raise InputError(f"min_takeover_steps must lie in [1, takeover_steps={self.takeover_steps}], "
                              f"got {self.min_takeover_steps}")
 
     @property

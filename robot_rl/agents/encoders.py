@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from robot_rl.errors import InputError, MissingFileError
+
 __all__ = [
     "random_shift",
     "SpatialLearnedEmbeddings",
@@ -85,9 +87,9 @@ def random_shift(
     batch and without any interpolation, so dtype and values are preserved.
     """
     if images.ndim != 4:
-        raise ValueError(f"random_shift expects [B, H, W, C] images, got shape {tuple(images.shape)}")
+        raise InputError(f"random_shift expects [B, H, W, C] images, got shape {tuple(images.shape)}")
     if pad < 0:
-        raise ValueError(f"pad must be >= 0, got {pad}")
+        raise InputError(f"pad must be >= 0, got {pad}")
     if pad == 0:
         return images
     b, h, w, _ = images.shape
@@ -119,15 +121,15 @@ def _check_image_size(image_size) -> tuple[int, int]:
     try:
         h, w = (int(s) for s in image_size)
     except (TypeError, ValueError):
-        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
+        raise InputError(f"image_size must be (height, width), got {image_size!r}") from None
     if h <= 0 or w <= 0:
-        raise ValueError(f"image_size must be positive, got {image_size!r}")
+        raise InputError(f"image_size must be positive, got {image_size!r}")
     return h, w
 
 
 def _check_images(x: torch.Tensor, image_size: tuple[int, int], who: str) -> None:
     if x.ndim != 4 or x.shape[-1] != 3 or tuple(x.shape[1:3]) != tuple(image_size):
-        raise ValueError(
+        raise InputError(
             f"{who} expects uint8 images [B, {image_size[0]}, {image_size[1]}, 3] (NHWC), "
             f"got shape {tuple(x.shape)}"
         )
@@ -157,7 +159,7 @@ class SpatialLearnedEmbeddings(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         expected = (self.channels, self.height, self.width)
         if features.ndim != 4 or tuple(features.shape[1:]) != expected:
-            raise ValueError(f"expected features [B, {', '.join(map(str, expected))}], got {tuple(features.shape)}")
+            raise InputError(f"expected features [B, {', '.join(map(str, expected))}], got {tuple(features.shape)}")
         # one batched matmul per channel with the batch as the wide axis ([C, F, HW] @ [C, HW, B]):
         # the same sum as einsum("bchw,hwcf->bcf"), about 1.3x faster forward and backward on a CPU
         # than einsum's [C, B, HW] @ [C, HW, F], whose output axis is only num_features wide
@@ -215,9 +217,9 @@ class DrQConvEncoder(nn.Module):
     ):
         super().__init__()
         if len(strides) != 4:
-            raise ValueError(f"strides must have 4 entries, got {strides}")
+            raise InputError(f"strides must have 4 entries, got {strides}")
         if pooling not in ("spatial", "flatten"):
-            raise ValueError(f"pooling must be 'spatial' or 'flatten', got {pooling!r}")
+            raise InputError(f"pooling must be 'spatial' or 'flatten', got {pooling!r}")
         self.image_size = _check_image_size(image_size)
         self.out_dim = out_dim
         self.pooling = pooling
@@ -226,7 +228,7 @@ class DrQConvEncoder(nn.Module):
         self.convnet = drq_convnet(channels, strides)
         fh, fw = drq_feature_size(self.image_size, strides)
         if fh < 1 or fw < 1:
-            raise ValueError(f"image_size {self.image_size} is too small for DrQConvEncoder with strides {strides}")
+            raise InputError(f"image_size {self.image_size} is too small for DrQConvEncoder with strides {strides}")
         self.feature_shape = (channels, fh, fw)
 
         if pooling == "spatial":
@@ -321,7 +323,7 @@ def load_resnet18_weights(trunk: ResNet18Trunk, path: str | Path) -> None:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"pretrained weights file not found: {str(path)!r}. Pretrained ResNet-18 weights are "
             "loaded only from a local file you provide (e.g. a saved torchvision resnet18 "
             "state_dict as .pt/.pth/.safetensors); nothing is downloaded."
@@ -334,9 +336,9 @@ def load_resnet18_weights(trunk: ResNet18Trunk, path: str | Path) -> None:
 
         state = load_file(str(path), device="cpu")
     else:
-        raise ValueError(f"unsupported weights file {str(path)!r}: expected .pt, .pth or .safetensors")
+        raise InputError(f"unsupported weights file {str(path)!r}: expected .pt, .pth or .safetensors")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{str(path)!r} does not contain a flat state_dict of tensors")
+        raise InputError(f"{str(path)!r} does not contain a flat state_dict of tensors")
 
     state = {k: v for k, v in state.items() if not k.startswith("fc.")}
     own = trunk.state_dict()
@@ -355,7 +357,7 @@ def load_resnet18_weights(trunk: ResNet18Trunk, path: str | Path) -> None:
             parts.append(f"unexpected keys {unexpected}")
         if mismatched:
             parts.append(f"shape mismatches {mismatched}")
-        raise ValueError(f"{str(path)!r} is not a torchvision resnet18 state_dict: " + "; ".join(parts))
+        raise InputError(f"{str(path)!r} is not a torchvision resnet18 state_dict: " + "; ".join(parts))
     trunk.load_state_dict(state, strict=False)
 
 
@@ -425,7 +427,7 @@ class FeatureHead(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         if features.ndim != 4 or tuple(features.shape[1:]) != self.feature_shape:
-            raise ValueError(f"FeatureHead expects cached features [B, {', '.join(map(str, self.feature_shape))}], "
+            raise InputError(f"FeatureHead expects cached features [B, {', '.join(map(str, self.feature_shape))}], "
                              f"got shape {tuple(features.shape)}")
         return self.projection(self.pool(features.permute(0, 3, 1, 2)))  # the pool makes them float32
 
@@ -445,17 +447,17 @@ def make_image_encoder(
     ``FeatureHead`` over cached features of shape ``feature_shape``)."""
     if kind == "frozen":
         if feature_shape is None:
-            raise ValueError("kind 'frozen' needs the cached features' shape (feature_shape)")
+            raise InputError("kind 'frozen' needs the cached features' shape (feature_shape)")
         return FeatureHead(feature_shape, out_dim=out_dim)
     if kind == "drq":
         if pretrained_path is not None:
-            raise ValueError("pretrained_path is only supported for kind 'resnet18', not 'drq'")
+            raise InputError("pretrained_path is only supported for kind 'resnet18', not 'drq'")
         if freeze:
-            raise ValueError("freeze=True is only supported for kind 'resnet18' (with pretrained weights)")
+            raise InputError("freeze=True is only supported for kind 'resnet18' (with pretrained weights)")
         return DrQConvEncoder(image_size, out_dim=out_dim)
     if kind == "resnet18":
         return ResNet18Encoder(image_size, out_dim=out_dim, pretrained_path=pretrained_path, freeze=freeze)
-    raise ValueError(f"unknown encoder kind {kind!r}; choose one of {list(ENCODER_KINDS)}")
+    raise InputError(f"unknown encoder kind {kind!r}; choose one of {list(ENCODER_KINDS)}")
 
 
 class MultiCameraEncoder(nn.Module):
@@ -480,12 +482,12 @@ class MultiCameraEncoder(nn.Module):
         super().__init__()
         cameras = list(cameras)
         if not cameras:
-            raise ValueError("MultiCameraEncoder needs at least one camera")
+            raise InputError("MultiCameraEncoder needs at least one camera")
         if len(set(cameras)) != len(cameras):
-            raise ValueError(f"duplicate camera names in {cameras}")
+            raise InputError(f"duplicate camera names in {cameras}")
         for cam in cameras:
             if not cam or "." in cam or cam == "state":
-                raise ValueError(f"invalid camera name {cam!r} (must be non-empty, no '.', not 'state')")
+                raise InputError(f"invalid camera name {cam!r} (must be non-empty, no '.', not 'state')")
         self.cameras = cameras
         self.encoders = nn.ModuleDict(
             {cam: make_image_encoder(kind, image_size, out_dim, pretrained_path, freeze, feature_shape) for cam in cameras}

@@ -57,6 +57,7 @@ from robot_rl.agents.encoders import random_shift
 from robot_rl.agents.frozen import FrozenEncoder, FrozenEncoderError, check_encoder_fits, features_of
 from robot_rl.agents.networks import CriticEnsemble, GraspCritic, ObservationEncoder, TanhGaussianActor, mlp
 from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION, SACConfig  # noqa: F401 (re-exported)
+from robot_rl.errors import InputError
 
 # Gripper command <-> grasp-critic index, and the value written into action[6].
 GRASP_VALUES = np.array([1.0, 0.0, -1.0], dtype=np.float32)  # close, stay, open
@@ -119,7 +120,7 @@ class SACAgent(nn.Module):
         super().__init__()
         self.config = c = config
         if c.num_target_critics > c.num_critics:
-            raise ValueError("num_target_critics must be <= num_critics")
+            raise InputError("num_target_critics must be <= num_critics")
         self.frozen = self._frozen_encoder() if c.image_encoder == "frozen" else None
         self.encoder = ObservationEncoder(
             c.state_dim, c.cameras, c.image_size, c.image_encoder, c.image_features,
@@ -167,7 +168,7 @@ class SACAgent(nn.Module):
         """The frozen backbone: loaded from its folder, or built empty for a checkpoint's weights."""
         c = self.config
         if not c.frozen_encoder:
-            raise ValueError("image_encoder 'frozen' needs frozen_encoder (an encoder folder's description)")
+            raise InputError("image_encoder 'frozen' needs frozen_encoder (an encoder folder's description)")
         source = c.frozen_encoder_path or "of the checkpoint"
         check_encoder_fits(c.frozen_encoder, c.cameras, c.image_size, source)
         if c.frozen_encoder_path is None:
@@ -440,5 +441,5 @@ class SACAgent(nn.Module):
     def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         missing = set(self.policy_state_dict()) - set(state)
         if missing:
-            raise ValueError(f"policy weights lack {sorted(missing)[:5]}")
+            raise InputError(f"policy weights lack {sorted(missing)[:5]}")
         self.load_state_dict(state, strict=False)

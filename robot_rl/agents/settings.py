@@ -8,6 +8,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from robot_rl.errors import InputError
+
 
 # The exploration of a run with a human in the loop, as HIL-SERL's actor explores (the main job,
 # `bench hil` and the CI pixel test; scripts/main.sh passes the same as --agent flags): the grasp
@@ -74,6 +76,6 @@ class SACConfig:
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(data) - set(known)
         if unknown:
-            raise ValueError(f"unknown agent config keys {sorted(unknown)}")
+            raise InputError(f"unknown agent config keys {sorted(unknown)}")
         fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**fixed)

@@ -32,7 +32,7 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-class UnknownBenchmarkError(KeyError):
+class UnknownBenchmarkError(UserFacingError, KeyError):
     def __str__(self) -> str:
         return self.args[0]
 

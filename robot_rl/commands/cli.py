@@ -12,7 +12,7 @@ from pathlib import Path
 
 from robot_rl.config import TrainConfig
 from robot_rl.config_cli import add_config_options
-from robot_rl.errors import UserFacingError, is_disk_full
+from robot_rl.errors import InputError, MissingFileError, UserFacingError, is_disk_full
 
 
 def _cmd_sim_tasks(args) -> int:
@@ -43,7 +43,7 @@ def _cmd_sim_run(args) -> int:
         if backend not in BACKENDS:
             raise UnknownBackendError(f"unknown backend {backend!r}; available backends: {', '.join(BACKENDS)}")
     if args.episodes < 1:
-        raise ValueError("--episodes must be at least 1")
+        raise InputError("--episodes must be at least 1")
     cfg = ExpertRunConfig(
         tasks=tuple(args.task), backends=tuple(args.backend), episodes=args.episodes, noise=args.noise,
         seed=args.seed, gif=not args.no_gif, image_size=args.image_size, out=args.out,
@@ -202,7 +202,7 @@ def _cmd_classifier(args) -> int:
         from robot_rl.reward.hard_negatives import mine_hard_negatives, retrain_with
 
         if args.retrain_steps is not None and args.retrain_steps < 1:
-            raise ValueError(f"--retrain-steps must be >= 1, got {args.retrain_steps}")
+            raise InputError(f"--retrain-steps must be >= 1, got {args.retrain_steps}")
         summary = mine_hard_negatives(args.classifier, args.rollouts, args.out, device=args.device)
         print(json.dumps(summary))
         if args.retrain:
@@ -214,9 +214,9 @@ def _cmd_classifier(args) -> int:
         return 0
 
     if args.pretrained and not Path(args.pretrained).is_file():
-        raise FileNotFoundError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
+        raise MissingFileError(f"--pretrained {args.pretrained}: no such file (weights are only read from a local file)")
     if args.consecutive < 1:
-        raise ValueError("--consecutive must be >= 1")
+        raise InputError("--consecutive must be >= 1")
     report = train_classifier(args.data, args.out, cameras=tuple(args.cameras) if args.cameras else None,
                               steps=args.steps, batch_size=args.batch_size, target_fpr=args.target_fpr,
                               min_threshold=args.min_threshold,
@@ -231,7 +231,7 @@ def _cmd_report(args) -> int:
     from robot_rl.commands.report import write_report
 
     if args.job_wall_s is not None and not args.job_wall_s >= 0:
-        raise ValueError(f"--job-wall-s is a duration in seconds (>= 0), got {args.job_wall_s}")
+        raise InputError(f"--job-wall-s is a duration in seconds (>= 0), got {args.job_wall_s}")
     print(write_report(args.run, args.job_wall_s))
     return 0
 
@@ -262,15 +262,15 @@ def _cmd_session(args) -> int:
 
     get_task(args.task)
     if args.steps < 0 or args.episodes < 0:
-        raise ValueError(f"--steps and --episodes count (0: no limit), got {args.steps} and {args.episodes}")
+        raise InputError(f"--steps and --episodes count (0: no limit), got {args.steps} and {args.episodes}")
     if not 0.0 <= args.simulated_human <= 1.0:
-        raise ValueError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
+        raise InputError(f"--simulated-human is an eagerness in [0, 1], got {args.simulated_human}")
     if args.simulated_human > 0:
         from robot_rl.sim.experts import check_expert
 
         check_expert(args.task, "the simulated human (--simulated-human)")
     if not args.human_noise >= 0.0:
-        raise ValueError(f"--human-noise is a standard deviation (>= 0), got {args.human_noise}")
+        raise InputError(f"--human-noise is a standard deviation (>= 0), got {args.human_noise}")
     from robot_rl.teleop.console import CONSOLE_TOKEN_ENV, console_token
 
     given = args.console_token or os.environ.get(CONSOLE_TOKEN_ENV, "")
@@ -519,9 +519,9 @@ def _cmd_encoder(args) -> int:
     from robot_rl.commands.encoder import pretrain_encoder
 
     if args.steps < 1 or args.probe_steps < 1:
-        raise ValueError("--steps and --probe-steps must be >= 1")
+        raise InputError("--steps and --probe-steps must be >= 1")
     if not 0.0 < args.held_out < 1.0:
-        raise ValueError(f"--held-out is a share of the successful episodes in (0, 1), got {args.held_out}")
+        raise InputError(f"--held-out is a share of the successful episodes in (0, 1), got {args.held_out}")
     report = pretrain_encoder(args.data, args.out, cameras=tuple(args.cameras), objectives=tuple(args.objective),
                               classifier=args.classifier, pretrained=args.pretrained, steps=args.steps,
                               probe_steps=args.probe_steps, held_out=args.held_out, seed=args.seed)
@@ -585,8 +585,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (KeyError, ValueError, FileNotFoundError, UserFacingError) as exc:  # user errors
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    except (UserFacingError, FileNotFoundError) as exc:
+        # the project's own errors (InputError for a value that cannot be used, ...) and a path the
+        # user named that is not there: one line, exit 2. Any other exception is a bug: its traceback.
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)  # a KeyError's str quotes it
         print(f"robot-rl: error: {message}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk anywhere else: one line (record, data, train say more)

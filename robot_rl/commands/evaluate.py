@@ -14,6 +14,7 @@ from robot_rl.rollout import evaluate
 from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
                                          resolve_checkpoint)
 from robot_rl.runtime.device import resolve_device
+from robot_rl.errors import InputError
 
 
 def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
@@ -24,9 +25,9 @@ def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, 
     while training). ``human_eagerness`` > 0: the simulated human watches, as in training, and the
     result adds its takeovers (by reason), the share of steps it drove and the episode lengths."""
     if episodes < 1:
-        raise ValueError("--episodes must be at least 1")
+        raise InputError("--episodes must be at least 1")
     if not 0.0 <= human_eagerness <= 1.0:
-        raise ValueError(f"--simulated-human is an eagerness in (0, 1] (0: no human), got {human_eagerness}")
+        raise InputError(f"--simulated-human is an eagerness in (0, 1] (0: no human), got {human_eagerness}")
     device = resolve_device(device)
     ckpt = resolve_checkpoint(Path(path))
     trained = read_state(ckpt).get("train_config", {})

@@ -14,6 +14,7 @@ import numpy as np
 
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
+from robot_rl.errors import InputError
 
 KEEP = ("all", "successes", "failures")  # which takes a recording stores
 
@@ -72,14 +73,14 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     from robot_rl.sim.experts import make_expert
 
     if episodes < 1:
-        raise ValueError("episodes must be >= 1")
+        raise InputError("episodes must be >= 1")
     if (hold_after_success or hold_after_failure) and continue_after_success:
-        raise ValueError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
+        raise InputError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
                          "(the actor goes on), not both")
     if not 0.0 <= hold_release <= 1.0:
-        raise ValueError(f"hold_release is a share of takes in [0, 1], got {hold_release}")
+        raise InputError(f"hold_release is a share of takes in [0, 1], got {hold_release}")
     if keep not in KEEP:
-        raise ValueError(f"keep must be one of {KEEP}, got {keep!r}")
+        raise InputError(f"keep must be one of {KEEP}, got {keep!r}")
     if policy is not None:
         from robot_rl.runtime.device import resolve_device
 

@@ -15,6 +15,8 @@ from zarr.core.buffer import Buffer, NDBuffer
 from zarr.core.common import parse_named_configuration
 from zarr.registry import register_codec
 
+from robot_rl.errors import InputError
+
 NAME = "robot_rl.jpeg"
 
 
@@ -25,7 +27,7 @@ class JpegCodec(ArrayBytesCodec):
 
     def __init__(self, *, quality: int = 90) -> None:
         if not 1 <= int(quality) <= 100:
-            raise ValueError(f"JPEG quality must be in 1..100, got {quality}")
+            raise InputError(f"JPEG quality must be in 1..100, got {quality}")
         object.__setattr__(self, "quality", int(quality))
 
     @classmethod
@@ -41,7 +43,7 @@ class JpegCodec(ArrayBytesCodec):
 
         frames = np.asarray(chunk_array.as_ndarray_like())
         if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[0] != 1 or frames.shape[-1] != 3:
-            raise ValueError(f"the JPEG codec takes (1, H, W, 3) uint8 chunks, got {frames.shape} {frames.dtype}")
+            raise InputError(f"the JPEG codec takes (1, H, W, 3) uint8 chunks, got {frames.shape} {frames.dtype}")
         encoded = imagecodecs.jpeg_encode(np.ascontiguousarray(frames[0]), level=self.quality)
         return chunk_spec.prototype.buffer.from_bytes(bytes(encoded))
 

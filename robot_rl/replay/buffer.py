@@ -26,13 +26,15 @@ import os
 import numpy as np
 import torch
 
+from robot_rl.errors import InputError
+
 _FORMAT_VERSION = 1
 _SCALARS = ("reward", "terminated", "truncated", "is_intervention", "valid")
 
 
 def _normalize_spec(obs_spec: dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     if not obs_spec:
-        raise ValueError("obs_spec must name at least one observation key")
+        raise InputError("obs_spec must name at least one observation key")
     return {str(k): (tuple(int(d) for d in shape), np.dtype(dtype)) for k, (shape, dtype) in obs_spec.items()}
 
 
@@ -67,9 +69,9 @@ class ReplayBuffer:
     def __init__(self, capacity: int, obs_spec: dict, action_dim: int, seed: int | None = None,
                  features: str | None = None):
         if capacity < 2:
-            raise ValueError(f"capacity must be >= 2 (one transition needs two slots), got {capacity}")
+            raise InputError(f"capacity must be >= 2 (one transition needs two slots), got {capacity}")
         if action_dim < 1:
-            raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+            raise InputError(f"action_dim must be >= 1, got {action_dim}")
         self.capacity = int(capacity)
         self.action_dim = int(action_dim)
         self.obs_spec = _normalize_spec(obs_spec)
@@ -90,15 +92,15 @@ class ReplayBuffer:
     def _check_obs(self, obs: dict, name: str) -> None:
         for key, (shape, dtype) in self.obs_spec.items():
             if key not in obs:
-                raise ValueError(f"{name} is missing key {key!r} (expected keys {sorted(self.obs_spec)})")
+                raise InputError(f"{name} is missing key {key!r} (expected keys {sorted(self.obs_spec)})")
             value = np.asarray(obs[key])
             if value.shape != shape:
-                raise ValueError(f"{name}[{key!r}] has shape {value.shape}, expected {shape}")
+                raise InputError(f"{name}[{key!r}] has shape {value.shape}, expected {shape}")
             if dtype == np.uint8 and value.dtype != np.uint8:
-                raise ValueError(f"{name}[{key!r}] has dtype {value.dtype}, expected uint8 (images are stored as uint8)")
+                raise InputError(f"{name}[{key!r}] has dtype {value.dtype}, expected uint8 (images are stored as uint8)")
         extra = sorted(set(obs) - set(self.obs_spec))
         if extra:
-            raise ValueError(f"{name} has unexpected keys {extra} (expected keys {sorted(self.obs_spec)})")
+            raise InputError(f"{name} has unexpected keys {extra} (expected keys {sorted(self.obs_spec)})")
 
     def _write_slot(self, slot: int, obs: dict) -> None:
         for key, store in self._obs.items():
@@ -115,11 +117,11 @@ class ReplayBuffer:
         self._check_obs(next_obs, "next_obs")
         action = np.asarray(action, dtype=np.float32)
         if action.shape != (self.action_dim,):
-            raise ValueError(f"action has shape {action.shape}, expected ({self.action_dim},)")
+            raise InputError(f"action has shape {action.shape}, expected ({self.action_dim},)")
         if not np.all(np.isfinite(action)):
-            raise ValueError(f"action has non-finite values at indices {np.flatnonzero(~np.isfinite(action)).tolist()}")
+            raise InputError(f"action has non-finite values at indices {np.flatnonzero(~np.isfinite(action)).tolist()}")
         if not np.isfinite(reward):
-            raise ValueError(f"reward must be finite, got {reward}")
+            raise InputError(f"reward must be finite, got {reward}")
         slot = self._cursor
         if not self._episode_open:
             self._write_slot(slot, obs)
@@ -160,12 +162,12 @@ class ReplayBuffer:
         With ``out`` (arrays shaped like a batch, e.g. ``BatchStaging`` rows) the batch is written
         into it and ``out`` is returned; otherwise new arrays."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
         if n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {n_step}")
+            raise InputError(f"n_step must be >= 1, got {n_step}")
         starts = np.flatnonzero(self._valid)
         if starts.size == 0:
-            raise ValueError("cannot sample from an empty replay buffer (add transitions first)")
+            raise InputError("cannot sample from an empty replay buffer (add transitions first)")
         idx = starts[self._rng.integers(0, starts.size, size=batch_size)]
         reward = self._reward[idx].astype(np.float32)
         steps = np.ones(batch_size, np.int64)
@@ -248,7 +250,7 @@ class ReplayBuffer:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             if meta.get("version") != _FORMAT_VERSION:
-                raise ValueError(f"{path}: unsupported replay format version {meta.get('version')}")
+                raise InputError(f"{path}: unsupported replay format version {meta.get('version')}")
             if meta.get("features") != features:
                 raise FeatureMismatch(f"replay {path} holds {_what(meta.get('features'))}, but this agent reads "
                                       f"{_what(features)}: start a new run (or resume with the run's own encoder)")
@@ -257,7 +259,7 @@ class ReplayBuffer:
                 loaded = data[name]
                 if (loaded.shape[1:] != target.shape[1:] or len(loaded) > len(target)
                         or len(loaded) != min(meta["slots_written"], meta["capacity"]) or loaded.dtype != target.dtype):
-                    raise ValueError(f"{path}: array {name!r} is {loaded.dtype}{loaded.shape}, "
+                    raise InputError(f"{path}: array {name!r} is {loaded.dtype}{loaded.shape}, "
                                      f"expected {target.dtype}{target.shape}")
                 target[: len(loaded)] = loaded
         rng_state = meta["rng_state"]
@@ -289,7 +291,7 @@ class BatchStaging:
     def __init__(self, obs_spec: dict, action_dim: int, batch_size: int, device: str | torch.device = "cpu",
                  slots: int = 2):
         if slots < 1:
-            raise ValueError(f"slots must be >= 1, got {slots}")
+            raise InputError(f"slots must be >= 1, got {slots}")
         self.obs_spec, self.batch_size = _normalize_spec(obs_spec), int(batch_size)
         self.device = torch.device(device)
         pin = self.device.type == "cuda"
@@ -327,7 +329,7 @@ class MixedReplay:
 
     def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5, encode=None):
         if not 0.0 <= demo_fraction <= 1.0:
-            raise ValueError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
+            raise InputError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
@@ -362,9 +364,9 @@ class MixedReplay:
         """Demo rows first (``round(batch_size * demo_fraction)``), falling back to whichever buffer is non-empty.
         With ``staging`` the batch is gathered into its next slot and comes as host tensors."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
         if staging is not None and staging.batch_size != batch_size:
-            raise ValueError(f"batch_size {batch_size} does not match the staging's {staging.batch_size}")
+            raise InputError(f"batch_size {batch_size} does not match the staging's {staging.batch_size}")
         if len(self.demo) == 0:
             n_demo = 0
         elif len(self.online) == 0:

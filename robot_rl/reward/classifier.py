@@ -24,7 +24,7 @@ from torch import nn
 
 from robot_rl.agents.encoders import MultiCameraEncoder, random_shift
 from robot_rl.agents.networks import mlp
-from robot_rl.errors import UserFacingError
+from robot_rl.errors import InputError, UserFacingError
 
 
 class ClassifierError(UserFacingError):
@@ -129,7 +129,7 @@ def threshold_for_fpr(negative_scores: np.ndarray, target_fpr: float) -> float:
     """The lowest threshold whose false-positive rate on these negatives is <= target_fpr
     (a frame is positive when score >= threshold)."""
     if not 0 <= target_fpr < 1:
-        raise ValueError(f"target false-positive rate must be in [0, 1), got {target_fpr}")
+        raise InputError(f"target false-positive rate must be in [0, 1), got {target_fpr}")
     neg = np.asarray(negative_scores)
     if not np.issubdtype(neg.dtype, np.floating):
         neg = neg.astype(np.float64)

@@ -21,6 +21,7 @@ from robot_rl.runtime.device import out_of_memory_says, resolve_device
 from robot_rl.runtime.progress import ProgressLines
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
                                         binary_metrics, load_classifier, save_classifier, threshold_for_fpr)
+from robot_rl.errors import InputError
 
 
 def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None, require_both: bool = True) -> dict:
@@ -73,7 +74,7 @@ def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: flo
     """Boolean masks (train, val) over frames, holding out whole episodes; the held-out set
     gets episodes with and without success whenever the data has both."""
     if not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        raise InputError(f"val_fraction must be in (0, 1), got {val_fraction}")
     rng = np.random.default_rng(seed)
     ids = np.unique(episodes)
     if len(ids) < 2:
@@ -99,7 +100,7 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     model + threshold + report to ``out``. ``init_from``: a saved classifier whose weights the
     training starts from (fine-tuning; its cameras, image size and encoder must be these)."""
     if not 0 <= min_threshold < 1:
-        raise ValueError(f"min_threshold must be in [0, 1), got {min_threshold}")
+        raise InputError(f"min_threshold must be in [0, 1), got {min_threshold}")
     device = resolve_device(device)
     torch.manual_seed(seed)
     frames = load_frames(paths, cameras)

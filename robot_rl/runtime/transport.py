@@ -74,6 +74,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from robot_rl.runtime.wire import Message, decode, encode, pack, unpack
+from robot_rl.errors import InputError
 
 __all__ = [
     "Endpoint",
@@ -122,7 +123,7 @@ class Mailbox:
 
     def __init__(self, maxsize: int, latest_only: Iterable[str]) -> None:
         if maxsize < 1:
-            raise ValueError("maxsize must be >= 1")
+            raise InputError("maxsize must be >= 1")
         self.maxsize = int(maxsize)
         self.latest_only = frozenset(latest_only)
         self._cond = threading.Condition()

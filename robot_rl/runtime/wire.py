@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import safetensors.numpy as _st_numpy
 
+from robot_rl.errors import InputError
+
 __all__ = ["Message", "decode", "encode", "pack", "unpack", "read_kind", "split_transition", "transition_arrays"]
 
 _META_KEY = "meta"  # key in the safetensors ``__metadata__`` holding the JSON meta
@@ -87,38 +89,38 @@ def pack(arrays: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None
         if not isinstance(key, str) or not key:
             raise TypeError(f"array keys must be non-empty strings, got {key!r}")
         if key == "__metadata__":
-            raise ValueError("'__metadata__' is reserved and cannot be an array name")
+            raise InputError("'__metadata__' is reserved and cannot be an array name")
         tensors[key] = _to_numpy(key, value)
     meta_json = json.dumps(dict(meta), default=_json_default, separators=(",", ":"))
     try:
         return _st_numpy.save(tensors, metadata={_META_KEY: meta_json})
     except Exception as e:  # SafetensorError derives from Exception only
-        raise ValueError(f"cannot pack arrays: {e}") from e
+        raise InputError(f"cannot pack arrays: {e}") from e
 
 
 def _read_meta(data: bytes) -> dict:
     """Parse just the header of a packed blob and return its JSON meta (cheap)."""
     if len(data) < 8:
-        raise ValueError(f"corrupt message: {len(data)} bytes is shorter than the header size")
+        raise InputError(f"corrupt message: {len(data)} bytes is shorter than the header size")
     (n,) = struct.unpack("<Q", data[:8])
     if n > _MAX_HEADER_BYTES or 8 + n > len(data):
-        raise ValueError(f"corrupt message: header length {n} does not fit in {len(data)} bytes")
+        raise InputError(f"corrupt message: header length {n} does not fit in {len(data)} bytes")
     try:
         header = json.loads(data[8 : 8 + n].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"corrupt message: bad header: {e}") from e
+        raise InputError(f"corrupt message: bad header: {e}") from e
     if not isinstance(header, dict):
-        raise ValueError("corrupt message: header is not a JSON object")
+        raise InputError("corrupt message: header is not a JSON object")
     md = header.get("__metadata__") or {}
     if not isinstance(md, dict):
-        raise ValueError("corrupt message: bad __metadata__")
+        raise InputError("corrupt message: bad __metadata__")
     raw = md.get(_META_KEY, "{}")
     try:
         meta = json.loads(raw) if isinstance(raw, str) else None
     except json.JSONDecodeError as e:
-        raise ValueError(f"corrupt message: bad meta JSON: {e}") from e
+        raise InputError(f"corrupt message: bad meta JSON: {e}") from e
     if not isinstance(meta, dict):
-        raise ValueError("corrupt message: meta is not a JSON object")
+        raise InputError("corrupt message: meta is not a JSON object")
     return meta
 
 
@@ -135,7 +137,7 @@ def unpack(data: bytes | bytearray | memoryview) -> tuple[dict[str, np.ndarray],
     try:
         arrays = _st_numpy.load(data)
     except Exception as e:  # SafetensorError derives from Exception only
-        raise ValueError(f"corrupt message: {e}") from e
+        raise InputError(f"corrupt message: {e}") from e
     return dict(arrays), meta
 
 
@@ -155,10 +157,10 @@ class Message:
 
 def encode(kind: str, arrays: Mapping[str, Any] | None, meta: Mapping[str, Any] | None) -> bytes:
     if not isinstance(kind, str) or not kind:
-        raise ValueError(f"message kind must be a non-empty string, got {kind!r}")
+        raise InputError(f"message kind must be a non-empty string, got {kind!r}")
     meta = {} if meta is None else dict(meta)
     if _KIND_KEY in meta:
-        raise ValueError(f"meta key {_KIND_KEY!r} is reserved by the transport")
+        raise InputError(f"meta key {_KIND_KEY!r} is reserved by the transport")
     meta[_KIND_KEY] = kind
     return pack(arrays, meta)
 
@@ -166,7 +168,7 @@ def encode(kind: str, arrays: Mapping[str, Any] | None, meta: Mapping[str, Any] 
 def _kind(meta: dict) -> str:
     kind = meta.pop(_KIND_KEY, None)
     if not isinstance(kind, str) or not kind:
-        raise ValueError("corrupt message: frame has no message kind")
+        raise InputError("corrupt message: frame has no message kind")
     return kind
 
 
