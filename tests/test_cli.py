@@ -47,6 +47,32 @@ def test_unknown_backend_and_benchmark(capsys):
     assert "available: classifier, data, faults, hil, learner, learning, ros, sim" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bug", [KeyError("state"), ValueError("operands could not be broadcast"),
+                                 TypeError("'NoneType' object is not subscriptable")])
+def test_a_bug_in_a_command_shows_its_traceback_not_a_user_error_line(monkeypatch, capsys, bug):
+    """Only the project's own errors (and a path that is not there) are one line and exit 2: a
+    KeyError or ValueError that no check of ours raised is a bug, and propagates with its traceback."""
+    from robot_rl.commands import cli
+
+    def broken(args):
+        raise bug
+
+    monkeypatch.setattr(cli, "_cmd_sim_tasks", broken)
+    with pytest.raises(type(bug)):
+        main(["sim", "tasks"])
+    assert "robot-rl: error" not in capsys.readouterr().err
+
+
+def test_our_input_errors_are_one_line_and_exit_2(monkeypatch, capsys):
+    from robot_rl.commands import cli
+    from robot_rl.errors import InputError, MissingFileError
+
+    for error in (InputError("--episodes must be at least 1"), MissingFileError("demo store x.zarr: no such path")):
+        monkeypatch.setattr(cli, "_cmd_sim_tasks", lambda args, error=error: (_ for _ in ()).throw(error))
+        assert main(["sim", "tasks"]) == 2
+        assert capsys.readouterr().err == f"robot-rl: error: {error}\n"
+
+
 def test_bench_help_lists_every_benchmark_with_what_it_measures(capsys):
     from robot_rl.bench import BENCHMARKS
 
