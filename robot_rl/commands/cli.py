@@ -409,23 +409,27 @@ def add_data(sub) -> None:
 
 
 def add_classifier(sub) -> None:
+    from robot_rl.reward.settings import CLASSIFIER_TRAINING
+
     clf = sub.add_parser("classifier", help="the learned success classifier (the reward)").add_subparsers(
         dest="classifier_command", required=True)
     c_train = clf.add_parser("train", help="train on labelled frames of episode stores; calibrate; save")
     c_train.add_argument("--data", action="append", required=True, help="an episode store with images (repeatable)")
     c_train.add_argument("--out", required=True, help="folder for classifier.safetensors, report.json, confusion.png")
     c_train.add_argument("--cameras", nargs="+", help="default: every camera of the store")
-    c_train.add_argument("--steps", type=int, default=1500)
-    c_train.add_argument("--batch-size", type=int, default=64)
-    c_train.add_argument("--target-fpr", type=float, default=0.01, help="false-positive rate the threshold is set for")
-    c_train.add_argument("--min-threshold", type=float, default=0.5,
+    d = CLASSIFIER_TRAINING  # the library's defaults, written once
+    c_train.add_argument("--steps", type=int, default=d.steps)
+    c_train.add_argument("--batch-size", type=int, default=d.batch_size)
+    c_train.add_argument("--target-fpr", type=float, default=d.target_fpr,
+                         help="false-positive rate the threshold is set for")
+    c_train.add_argument("--min-threshold", type=float, default=d.min_threshold,
                          help="floor under the calibrated threshold (the classifier's own decision boundary)")
-    c_train.add_argument("--consecutive", type=int, default=1, help="positive frames in a row to call success")
-    c_train.add_argument("--val-fraction", type=float, default=0.25, help="share of episodes held out")
-    c_train.add_argument("--encoder", default="drq", choices=["drq", "resnet18"])
+    c_train.add_argument("--consecutive", type=int, default=d.consecutive, help="positive frames in a row to call success")
+    c_train.add_argument("--val-fraction", type=float, default=d.val_fraction, help="share of episodes held out")
+    c_train.add_argument("--encoder", default=d.encoder, choices=["drq", "resnet18"])
     c_train.add_argument("--pretrained", help="local ResNet-18 weights (torchvision names)")
     c_train.add_argument("--freeze-backbone", action="store_true")
-    c_train.add_argument("--seed", type=int, default=0)
+    c_train.add_argument("--seed", type=int, default=d.seed)
     add_device(c_train, "the torch device it trains on")
     c_train.set_defaults(func=_cmd_classifier)
     c_eval = clf.add_parser("eval", help="a classifier at its threshold on other stores (e.g. another policy's rollouts)")

@@ -19,6 +19,7 @@ import torch
 from robot_rl.data.store import EpisodeStore
 from robot_rl.runtime.device import out_of_memory_says, resolve_device
 from robot_rl.runtime.progress import ProgressLines
+from robot_rl.reward.settings import CLASSIFIER_TRAINING
 from robot_rl.reward.classifier import (Calibration, ClassifierConfig, ClassifierError, SuccessClassifier,
                                         binary_metrics, load_classifier, save_classifier, threshold_for_fpr)
 from robot_rl.errors import InputError
@@ -91,9 +92,14 @@ def split_by_episode(episodes: np.ndarray, labels: np.ndarray, val_fraction: flo
     return ~val, val
 
 
+_D = CLASSIFIER_TRAINING  # the defaults, written once (reward/settings.py)
+
+
 def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[str, ...] | None = None,
-                     steps: int = 1500, batch_size: int = 64, lr: float = 3e-4, target_fpr: float = 0.01,
-                     min_threshold: float = 0.5, consecutive: int = 1, val_fraction: float = 0.25, seed: int = 0, encoder: str = "drq",
+                     steps: int = _D.steps, batch_size: int = _D.batch_size, lr: float = _D.lr,
+                     target_fpr: float = _D.target_fpr, min_threshold: float = _D.min_threshold,
+                     consecutive: int = _D.consecutive, val_fraction: float = _D.val_fraction, seed: int = _D.seed,
+                     encoder: str = _D.encoder,
                      pretrained_path: str | None = None, freeze_backbone: bool = False, log=print,
                      device: str = "auto", init_from: str | Path | None = None) -> dict:
     """Train on ``device`` (auto, cpu, cuda, cuda:N, mps), calibrate on held-out episodes, save
