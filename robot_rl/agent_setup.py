@@ -5,8 +5,14 @@ of ``robot_rl.config``, which every module reads and which builds nothing."""
 
 from __future__ import annotations
 
+from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
 from robot_rl.agents.settings import SACConfig
 from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig, agent_settings
+from robot_rl.contract import SIM_CAMERAS
+from robot_rl.envs import obs_spec
+from robot_rl.reward.classifier import ClassifierError, read_classifier_config
+from robot_rl.runtime.device import resolve_device
+from robot_rl.sim.experts import check_expert
 
 
 def check_train_config(cfg: TrainConfig) -> None:
@@ -15,13 +21,9 @@ def check_train_config(cfg: TrainConfig) -> None:
     reward classifier against what the run renders, and the device."""
     cfg.validate()
     if cfg.human_eagerness > 0:
-        from robot_rl.sim.experts import check_expert
-
         check_expert(cfg.task, "the simulated human (--simulated-human)")
     check_frozen_encoder(cfg)
     check_reward_classifier(cfg)
-    from robot_rl.runtime.device import resolve_device
-
     resolve_device(cfg.device)  # a device that is not there ends the run before any work
 
 
@@ -35,8 +37,6 @@ def check_frozen_encoder(cfg) -> dict | None:
     """The description of ``cfg.frozen_encoder`` (a folder), checked against the config's
     observation: pixels, from cameras it has backbones for, at the image size it was trained on,
     and no other camera encoder asked for beside it. None without a frozen encoder."""
-    from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
-
     if not cfg.frozen_encoder:
         if cfg.agent.get("image_encoder") == "frozen":
             raise ConfigError("image_encoder 'frozen' reads a frozen backbone's cached features: give its folder "
@@ -62,8 +62,6 @@ def check_reward_classifier(cfg: TrainConfig) -> None:
     classifier's cameras at its own size)."""
     if cfg.reward_classifier is None:
         return
-    from robot_rl.contract import SIM_CAMERAS
-    from robot_rl.reward.classifier import ClassifierError, read_classifier_config
 
     config = read_classifier_config(cfg.reward_classifier)
     unknown = [cam for cam in config.cameras if cam not in SIM_CAMERAS]
@@ -79,8 +77,6 @@ def check_reward_classifier(cfg: TrainConfig) -> None:
 def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env) -> SACConfig:
     """The agent of a config (its cell, policy and agent settings) on ``env``'s observations, on
     the config's ``device`` (resolved: ``auto`` becomes the device this machine has)."""
-    from robot_rl.envs import obs_spec
-    from robot_rl.runtime.device import resolve_device
 
     spec = obs_spec(env.observation_space)
     residual = cfg.residual and cfg.has_demos

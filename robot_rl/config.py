@@ -185,7 +185,7 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
                              f"got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise InputError("demos must be >= 0 and utd > 0")
-        agent = sac_config().from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
+        agent = SACConfig.from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
         if not 1 <= agent.num_target_critics <= agent.num_critics:
             raise InputError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")

@@ -304,8 +304,9 @@ class SACAgent(nn.Module):
             _step(self.grasp_opt, loss)
             metrics.update(grasp_metrics)
         if update_actor:
-            loss, log_prob, actor_metrics = self.actor_loss(feat, self.base_features(b.obs, feat),
-                                                            b.action[:, : c.motion_dim], b.demo_rows)
+            with self._autocast():
+                base_feat = self.base_features(b.obs, feat)
+            loss, log_prob, actor_metrics = self.actor_loss(feat, base_feat, b.action[:, : c.motion_dim], b.demo_rows)
             _step(self.actor_opt, loss)
             _step(self.alpha_opt, self.temperature_loss(log_prob))
             metrics.update(actor_metrics, alpha=self.alpha.detach())

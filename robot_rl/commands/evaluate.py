@@ -5,16 +5,16 @@ step in, and why: what a run's late human share is made of)."""
 from __future__ import annotations
 
 import json
-
-import numpy as np
 from pathlib import Path
 
+import numpy as np
+
 from robot_rl.envs import make_env
+from robot_rl.errors import InputError
 from robot_rl.rollout import evaluate
 from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
                                          resolve_checkpoint)
 from robot_rl.runtime.device import resolve_device
-from robot_rl.errors import InputError
 
 
 def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
@@ -55,42 +55,40 @@ def evaluate_with_human(policy, env, task: str, eagerness: float, episodes: int,
     raw scene and taking over as it does in training; success by ground truth."""
     import collections
 
+    from robot_rl.actor import EpisodeTally
     from robot_rl.runtime.progress import ProgressLines
     from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
 
     human = SimulatedHuman(task, SimulatedHumanConfig(eagerness=eagerness), seed=seed)
     cell = env.env  # the raw scene (privileged poses included), what the human judges by
     reasons: collections.Counter = collections.Counter()
-    lengths, successes, human_steps, takeovers, helped = [], [], 0, 0, 0
+    tallies, successes = [], []  # a takeover is a run of human steps, as training counts it (EpisodeTally)
     progress = ProgressLines("evaluation with the simulated human", episodes, unit="episodes", log=log) if log else None
     for i in range(episodes):
         raw, _ = cell.reset(seed=seed + i)
         human.reset()
-        steps, was_human = 0, False
+        tally = EpisodeTally()
         while True:
             action = human(raw)
-            if action is not None and not was_human:
-                takeovers += 1
+            if action is not None and human.driven == 1:  # the first step of a takeover
                 reasons["stall" if human.reason.startswith("no progress") else "fall"] += 1
-            was_human = action is not None
-            human_steps += was_human
-            raw, _, terminated, truncated, info = cell.step(action if was_human else policy(env.observation(raw)))
-            steps += 1
+            raw, reward, terminated, truncated, info = cell.step(
+                action if action is not None else policy(env.observation(raw)))
+            tally.add(reward, action is not None)
             if terminated or truncated:
                 break
-        lengths.append(steps)
+        tallies.append(tally)
         successes.append(bool(info["success"]))
-        helped += human.takeovers > 0
         if progress is not None:
-            progress.update(i + 1, human=f"{human_steps / sum(lengths):.3f}")
-    lengths_arr = np.asarray(lengths)
+            progress.update(i + 1, human=f"{sum(t.intervention_steps for t in tallies) / sum(t.steps for t in tallies):.3f}")
+    lengths = np.array([t.steps for t in tallies])
+    human_steps = sum(t.intervention_steps for t in tallies)
     return {"success_rate": float(np.mean(successes)), "episodes": episodes, "seed_range": [seed, seed + episodes - 1],
             "human_eagerness": eagerness, "human_steps": int(human_steps),
-            "human_share": round(human_steps / int(lengths_arr.sum()), 4),
-            "takeovers": takeovers, "takeovers_by_reason": dict(reasons),
-            "episodes_with_a_takeover": helped,
-            "episode_length_mean": float(lengths_arr.mean()), "episode_length_median": float(np.median(lengths_arr))}
-
+            "human_share": round(human_steps / int(lengths.sum()), 4),
+            "takeovers": sum(t.interventions for t in tallies), "takeovers_by_reason": dict(reasons),
+            "episodes_with_a_takeover": sum(t.interventions > 0 for t in tallies),
+            "episode_length_mean": float(lengths.mean()), "episode_length_median": float(np.median(lengths))}
 
 if __name__ == "__main__":  # pragma: no cover
     import sys
