@@ -36,6 +36,7 @@ from robot_rl.errors import DiskFullError, UserFacingError, is_disk_full
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 
 OPTIMIZERS = ("critic_opt", "actor_opt", "base_opt", "alpha_opt", "grasp_opt")
+UPDATE_NOISE = "rng.update_noise"  # absent from checkpoints written before 2026-11-26: a fresh generator
 MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
 
@@ -45,8 +46,10 @@ class CheckpointError(UserFacingError):
 
 
 def agent_tensors(agent: SACAgent) -> dict[str, torch.Tensor]:
-    """Every module weight plus the Adam moments, flat, for safetensors."""
+    """Every module weight plus the Adam moments and the update generator's state, flat, for
+    safetensors."""
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in agent.state_dict().items()}
+    tensors[UPDATE_NOISE] = agent.update_noise.get_state()
     for name in OPTIMIZERS:
         opt = getattr(agent, name)
         if opt is None:
@@ -211,6 +214,8 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu", co
         agent = SACAgent(config)
         agent.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         agent.num_updates = int(meta.get("num_updates", 0))
+        if UPDATE_NOISE in tensors:  # a resumed run draws the update's randomness where it left off
+            agent.update_noise.set_state(tensors[UPDATE_NOISE])
         if with_optimizers:
             for name in OPTIMIZERS:
                 opt = getattr(agent, name)
