@@ -17,8 +17,8 @@ def declare_config(node, config_cls):
     and build the config from their values: the node takes the same config as the Python API
     (``robot_rl.config``; names stay flat: ``task``, ``utd``, ...). Tuples are typed arrays
     (``-p cameras:=[front,wrist]``; ``[]`` is the empty tuple); ``None`` defaults are ``""``; a
-    dict (``agent``) is a string array of KEY=VALUE, as the CLI's ``--agent``
-    (``-p agent:=[critic_actor_ratio=2]``)."""
+    field of settings (``agent``) is a string array of KEY=VALUE, as the CLI's ``--agent``
+    (``-p agent:=[critic_actor_ratio=2]``; empty: the defaults)."""
     from rcl_interfaces.msg import ParameterDescriptor
 
     from robot_rl.config import check_values, field_default, parse_key_values
@@ -28,11 +28,9 @@ def declare_config(node, config_cls):
     for f in dataclasses.fields(config_cls):
         default = field_default(f)
         descriptor = ParameterDescriptor(description=f.metadata.get("help", ""))
-        if isinstance(default, dict):  # KEY=VALUE strings, as the CLI's --agent
-            items = _declare_array(node, f.name, [f"{k}={json.dumps(v)}" for k, v in default.items()], str, descriptor)
-            value = parse_key_values(items, f"parameter {f.name}")
-            if f.metadata.get("of") is not None:
-                value = check_values(f.metadata["of"](), value, f"parameter {f.name}")
+        if dataclasses.is_dataclass(default):  # KEY=VALUE strings, as the CLI's --agent
+            items = _declare_array(node, f.name, [], str, descriptor)
+            value = check_values(type(default), parse_key_values(items, f"parameter {f.name}"), f"parameter {f.name}")
         elif isinstance(default, tuple):
             value = tuple(_declare_array(node, f.name, list(default), typing.get_args(hints[f.name])[0], descriptor))
         elif isinstance(default, float):  # a launch file's "0" arrives as an integer: take it as 0.0

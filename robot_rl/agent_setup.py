@@ -5,9 +5,11 @@ of ``robot_rl.config``, which every module reads and which builds nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
-from robot_rl.agents.settings import SACConfig
-from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig, agent_settings
+from robot_rl.agents.settings import AgentSettings, SACConfig
+from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig
 from robot_rl.contract import SIM_CAMERAS
 from robot_rl.envs import obs_spec
 from robot_rl.reward.classifier import ClassifierError, read_classifier_config
@@ -29,8 +31,7 @@ def check_train_config(cfg: TrainConfig) -> None:
 
 # agent settings that choose the camera encoder, which --frozen-encoder chooses by itself
 CAMERA_ENCODER_SETTINGS = {"image_encoder": "--image-encoder", "pretrained_path": "--pretrained",
-                           "freeze_backbone": "--freeze-backbone", "frozen_encoder": "--agent frozen_encoder",
-                           "frozen_encoder_path": "--agent frozen_encoder_path"}
+                           "freeze_backbone": "--freeze-backbone"}
 
 
 def check_frozen_encoder(cfg) -> dict | None:
@@ -38,14 +39,15 @@ def check_frozen_encoder(cfg) -> dict | None:
     observation: pixels, from cameras it has backbones for, at the image size it was trained on,
     and no other camera encoder asked for beside it. None without a frozen encoder."""
     if not cfg.frozen_encoder:
-        if cfg.agent.get("image_encoder") == "frozen":
+        if cfg.agent.image_encoder == "frozen":
             raise ConfigError("image_encoder 'frozen' reads a frozen backbone's cached features: give its folder "
                               "with --frozen-encoder DIR (robot-rl encoder pretrain makes one)")
         return None
     if cfg.obs != "pixels":
         raise FrozenEncoderError(f"--frozen-encoder {cfg.frozen_encoder} reads camera frames: it needs --obs pixels")
+    defaults = AgentSettings()
     clash = [flag for key, flag in CAMERA_ENCODER_SETTINGS.items()
-             if cfg.agent.get(key) not in (None, False, "frozen")]
+             if getattr(cfg.agent, key) not in (getattr(defaults, key), "frozen")]
     if clash:
         raise ConfigError(f"--frozen-encoder {cfg.frozen_encoder} is the camera encoder, and {', '.join(clash)} "
                           "asks for another: give one (your ResNet-18 becomes a frozen encoder with robot-rl encoder "
@@ -87,4 +89,4 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
     frozen = check_frozen_encoder(cfg)
     if frozen is not None:  # a head over the frozen backbone's cached features
         base.update(image_encoder="frozen", frozen_encoder=frozen, frozen_encoder_path=str(cfg.frozen_encoder))
-    return SACConfig.from_dict({**base, **agent_settings(cfg.agent)})
+    return SACConfig(**{**dataclasses.asdict(cfg.agent), **base})

@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robot_rl.agents.settings import SACConfig
+from robot_rl.agents.settings import DERIVED, AgentSettings
 from robot_rl.errors import InputError, MissingFileError, UserFacingError
 
 
@@ -31,22 +31,17 @@ class ConfigError(UserFacingError):
 def setting(default, help: str, **extra):
     """A config field: its default and its help (the CLI's --help and the ROS parameter's
     description). ``extra`` says more for the generated options and checks: ``choices``,
-    ``metavar``, ``flags`` (more option strings, e.g. ``("--steps",)``), ``of`` (a function
-    returning the dataclass whose fields a dict holds), ``parse`` (text -> {field: value}, for an option that sets more
-    than its field)."""
+    ``metavar``, ``flags`` (more option strings, e.g. ``("--steps",)``), ``parse`` (text ->
+    {field: value}, for an option that sets more than its field). A dataclass default (the
+    ``agent``'s settings) is a fresh copy for each config."""
     metadata = {"help": help, **extra}
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=metadata)
+    if dataclasses.is_dataclass(default):
+        return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
 def field_default(f: dataclasses.Field):
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
-def sac_config():
-    """``SACConfig`` (``robot_rl.agents.settings``: a plain dataclass, no torch behind it)."""
-    return SACConfig
 
 
 def demos_or_store(text: str) -> dict:
@@ -82,8 +77,12 @@ class PolicyConfig:
                                                "frozen backbone's features of each frame are computed once and "
                                                "cached in the replay, and only a small head trains (fast on a CPU)",
                                          metavar="DIR")
-    agent: dict = setting({}, "SAC settings (SACConfig in agents/sac.py), KEY=VALUE, repeatable; e.g. "
-                              "critic_actor_ratio=2", of=sac_config, metavar="KEY=VALUE")
+    agent: AgentSettings = setting(AgentSettings(), "SAC settings (AgentSettings in agents/settings.py), KEY=VALUE, "
+                                                    "repeatable; e.g. critic_actor_ratio=2", metavar="KEY=VALUE")
+
+    def __post_init__(self):
+        if isinstance(self.agent, dict):  # as a YAML file, a run's config.json or Python code gives it
+            self.agent = AgentSettings(**check_values(AgentSettings, self.agent, "agent"))
 
     @property
     def has_demos(self) -> bool:
@@ -185,7 +184,7 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
                              f"got {self.human_eagerness}")
         if self.demos < 0 or self.utd <= 0:
             raise InputError("demos must be >= 0 and utd > 0")
-        agent = SACConfig.from_dict(agent_settings(self.agent))  # unknown keys fail here, before anything starts
+        agent = self.agent
         if not 1 <= agent.num_target_critics <= agent.num_critics:
             raise InputError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
@@ -195,15 +194,6 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise MissingFileError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
-
-
-def agent_settings(agent: dict) -> dict:
-    """The ``agent`` dict (SAC settings), which never chooses the device: the ``device`` setting
-    (``--device``, the nodes' ``device`` parameter) is the one way, so the two cannot disagree."""
-    if "device" in agent:
-        raise ConfigError(f"agent: device={agent['device']!r} is not an agent setting; choose the device with "
-                          "--device (the ROS parameter device)")
-    return agent
 
 
 # ------------------------------------------------------------------ ROS nodes
@@ -321,8 +311,9 @@ def demo_source(cfg) -> str:
 def check_values(cls, data: dict, source: str) -> dict:
     """``data`` (field -> value, e.g. from YAML or JSON) checked against the dataclass ``cls``:
     every key a field, every value of its field's type (converted: lists to tuples, integers to
-    floats), in its ``choices``; a dict of another dataclass's fields (``of``) checked in turn.
-    Anything else is one ``ConfigError`` line naming ``source`` and the field."""
+    floats), in its ``choices``; a field that is itself a dataclass (``agent``) takes a mapping
+    of its fields, checked in turn and kept a mapping (the keys given, for merging). Anything
+    else is one ``ConfigError`` line naming ``source`` and the field."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of {cls.__name__} fields (KEY: VALUE), "
                           f"got {type(data).__name__}")
@@ -332,10 +323,20 @@ def check_values(cls, data: dict, source: str) -> dict:
     for key, value in data.items():
         if key in DERIVED_KEYS and key not in fields:
             continue
+        if key not in fields and cls is AgentSettings and key in DERIVED:
+            raise ConfigError(f"{source}: {key} is not an agent setting; the run takes it from {DERIVED[key]}")
         if key not in fields:
             near = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f" ({cls.__name__} has no such field)"
             raise ConfigError(f"{source}: unknown key {key!r}{hint}")
+        if dataclasses.is_dataclass(hints[key]):
+            if isinstance(value, hints[key]):
+                value = dataclasses.asdict(value)
+            elif not isinstance(value, dict):
+                raise ConfigError(f"{source}: {key} must be a mapping of KEY: VALUE, got {value!r}")
+            value = check_values(hints[key], value, f"{source}: {key}")
+            checked[key] = value
+            continue
         try:
             value = _convert(hints[key], value)
         except _Mismatch as expected:
@@ -343,8 +344,6 @@ def check_values(cls, data: dict, source: str) -> dict:
         choices = fields[key].metadata.get("choices")
         if choices is not None and value not in choices:
             raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}; got {value!r}")
-        if fields[key].metadata.get("of") is not None:
-            value = check_values(fields[key].metadata["of"](), value, f"{source}: {key}")
         checked[key] = value
     return checked
 

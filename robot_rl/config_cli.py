@@ -3,7 +3,7 @@
 Each field is ``--field-name`` (plus the field's own ``flags``, e.g. ``--steps`` for
 ``env_steps``), typed from its annotation, with the field's help and default in ``--help``:
 booleans are ``--x / --no-x``, tuples take several values (a fixed-length tuple given one value
-repeats it: ``--image-size 64`` is 64x64), the ``agent`` dict takes repeated ``--agent KEY=VALUE``.
+repeats it: ``--image-size 64`` is 64x64), the ``agent`` settings take repeated ``--agent KEY=VALUE``.
 Every option defaults to ``None``, so ``config_overrides`` returns only what was given: a resumed
 run keeps its own value of every option not given.
 """
@@ -16,7 +16,7 @@ import typing
 
 from robot_rl.config import ConfigError, check_values, field_default, parse_key_values
 
-# shortcuts for SAC settings of the ``agent`` dict, kept from before the generator (README and
+# shortcuts for SAC settings of ``agent``, kept from before the generator (README and
 # scripts use them): option -> (SACConfig key, argparse keywords)
 AGENT_FLAGS = {
     "--num-critics": ("num_critics", dict(type=int, metavar="N", help="critics in the ensemble (REDQ: the target "
@@ -47,7 +47,7 @@ def _sections(cls) -> list[tuple[type, list[dataclasses.Field]]]:
 
 def _help(f: dataclasses.Field) -> str:
     default = field_default(f)
-    if default is None or default == {}:
+    if default is None or dataclasses.is_dataclass(default):
         return f.metadata["help"]
     if isinstance(default, tuple):
         default = " ".join(map(str, default))
@@ -66,7 +66,7 @@ def _kind_options(kind, f: dataclasses.Field) -> dict:
         return {"action": argparse.BooleanOptionalAction}
     if origin is tuple:
         return {"type": args[0], "nargs": "*" if args[-1] is Ellipsis else "+"}
-    if kind is dict:
+    if dataclasses.is_dataclass(kind):  # --agent KEY=VALUE, repeatable
         return {"action": "append"}
     return {"type": kind}
 
@@ -101,7 +101,7 @@ def config_overrides(args: argparse.Namespace, cls, source: str = "command line"
                 if key != name and getattr(args, key, None) is not None:
                     raise ConfigError(f"{option(name)} {value} and {option(key)} both set {key}: give one of them")
                 given[key] = parsed
-        elif kind is dict:
+        elif dataclasses.is_dataclass(kind):
             given[name] = parse_key_values(value, option(name))
         elif typing.get_origin(kind) is tuple and Ellipsis not in typing.get_args(kind) and len(value) == 1:
             given[name] = value * len(typing.get_args(kind))  # one value for all: e.g. a square image
@@ -111,14 +111,15 @@ def config_overrides(args: argparse.Namespace, cls, source: str = "command line"
                  if getattr(args, f"agent:{key}", None) is not None}
     if shortcuts:
         given["agent"] = {**given.get("agent", {}), **shortcuts}
-    for name, value in given.items():  # a dict of another dataclass's fields: its errors name the option
-        if fields[name].metadata.get("of") is not None:
-            check_values(fields[name].metadata["of"](), value, option(name))
+    for name, value in given.items():  # the --agent settings: their errors name the option
+        if dataclasses.is_dataclass(hints[name]):
+            check_values(hints[name], value, option(name))
     return check_values(cls, given, source)
 
 
 def merge_overrides(base: dict, over: dict) -> dict:
-    """``over`` on top of ``base``; their ``agent`` settings are merged key by key."""
+    """``over`` on top of ``base`` (both as ``config_overrides`` gives them: the ``agent``
+    settings a mapping of the keys given); their ``agent`` settings are merged key by key."""
     merged = {**base, **over}
     if "agent" in base and "agent" in over:
         merged["agent"] = {**base["agent"], **over["agent"]}

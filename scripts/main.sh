@@ -114,7 +114,7 @@ else
       --steps "$ENCODER_STEPS" --probe-steps 500 --out "$RUN/encoder"
   OBSERVATION=(--obs "$OBS" --frozen-encoder "$RUN/encoder")
 fi
-# the policy's exploration as HIL-SERL's: HUMAN_IN_THE_LOOP_EXPLORATION in robot_rl/agents/sac.py
+# the policy's exploration as HIL-SERL's: HUMAN_IN_THE_LOOP_EXPLORATION in robot_rl/agents/settings.py
 # (the grasp head greedy, target entropy -|A|; tests/test_bad_input.py keeps the two equal)
 RECIPE=(--agent grasp_epsilon=0 --agent target_entropy=-6)
 result_to() {  # result_to FILE CMD...: CMD's output shown as it comes, its last line (a JSON result) kept in FILE

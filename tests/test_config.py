@@ -12,6 +12,7 @@ import pytest
 from robot_rl.commands.cli import _train_overrides, build_parser, main
 from robot_rl.config import (ActorNodeConfig, CellConfig, ConfigError, LearnerNodeConfig, LearningConfig, PolicyConfig,
                              TrainConfig, field_default)
+from robot_rl.agents.settings import AgentSettings
 from robot_rl.config_cli import option
 
 CONFIGS = (TrainConfig, ActorNodeConfig, LearnerNodeConfig)
@@ -47,8 +48,9 @@ def other_value(f: dataclasses.Field, kind) -> tuple[list[str], object]:
         return [flag, str(value)], value
     if kind is str:
         return [flag, "some/where"], "some/where"
-    if kind is dict:
-        return [flag, "critic_actor_ratio=2", flag, "hidden=[32,32]"], {"critic_actor_ratio": 2, "hidden": (32, 32)}
+    if kind is AgentSettings:
+        return ([flag, "critic_actor_ratio=2", flag, "hidden=[32,32]"],
+                AgentSettings(critic_actor_ratio=2, hidden=(32, 32)))
     if kind == tuple[int, int]:
         return [flag, "32", "48"], (32, 48)
     if kind == tuple[str, ...]:
@@ -209,7 +211,8 @@ def test_critic_actor_ratio_from_the_command_line_paces_the_learner(tmp_path, mo
     assert actor_turns[:12] == [True, False] * 6
     assert load_agent(latest_checkpoint(run) / "agent.safetensors").config.critic_actor_ratio == 2
     recorded = json.loads((run / "config.json").read_text())
-    assert recorded["agent"] == {"critic_actor_ratio": 2} and recorded["batch_size"] == 16
+    assert recorded["agent"] == {**dataclasses.asdict(AgentSettings(critic_actor_ratio=2)), "hidden": [256, 256]}
+    assert recorded["batch_size"] == 16
     assert recorded["env_steps"] == 12 and "critic_actor_ratio" not in recorded
 
 
@@ -233,8 +236,8 @@ def ros_context():
 def ros_value(default):
     if default is None:
         return ""
-    if isinstance(default, dict):
-        return [f"{k}={json.dumps(v)}" for k, v in default.items()]
+    if isinstance(default, AgentSettings):
+        return []  # KEY=VALUE overrides of the settings' defaults: none
     return list(default) if isinstance(default, tuple) else default
 
 
@@ -262,7 +265,7 @@ def test_every_node_config_field_is_a_ros_parameter_with_its_default_and_help(co
                  parameter_overrides=[p for p in overrides if p.name in {f.name for f in dataclasses.fields(config_cls)}])
     nodes.append(given)
     cfg = declare_config(given, config_cls)
-    assert cfg.agent == {"critic_actor_ratio": 2, "hidden": (32, 32)}
+    assert cfg.agent == AgentSettings(critic_actor_ratio=2, hidden=(32, 32))
     assert cfg.image_size == (32, 48) and cfg.demo_store == "demos.zarr" and cfg.cameras == ("front",)
     if config_cls is LearnerNodeConfig:
         assert cfg.utd == 1.0 and isinstance(cfg.utd, float)
@@ -287,7 +290,7 @@ def test_the_learner_node_writes_its_config_and_resumes_from_its_checkpoint(ros_
     nodes.append(first)
     written = json.loads((tmp_path / "run" / "learner_config.json").read_text())
     assert written == json.loads(json.dumps(dataclasses.asdict(first.cfg)))
-    assert written["batch_size"] == 16 and written["agent"] == {"critic_actor_ratio": 3}
+    assert written["batch_size"] == 16 and written["agent"]["critic_actor_ratio"] == 3
     assert first.learner.agent.config.critic_actor_ratio == 3 and not first.learner.started
     first.learner.agent.num_updates = 7  # as if it had trained
     first.checkpoint(announce=False)
@@ -313,7 +316,7 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
     nodes.append(node)
     written = json.loads((tmp_path / "run" / "actor_config.json").read_text())
     assert written == json.loads(json.dumps(dataclasses.asdict(node.cfg)))
-    assert written["agent"] == {"hidden": [32, 32]} and written["residual"] is False
+    assert written["agent"]["hidden"] == [32, 32] and written["residual"] is False
     assert node.policy.config.hidden == (32, 32)
     assert node.policy.config.residual_scale == 0.0  # with demos, residual unless residual:=false
     assert written["device"] == "cpu" and node.policy.config.device == "cpu"  # acts on the robot PC's CPU

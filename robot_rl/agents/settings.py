@@ -1,6 +1,7 @@
-"""The SAC agent's settings (``SACConfig``): a plain dataclass with no torch behind it, so that
-``robot_rl.config`` (which every module reads) and the command line can hold and check them
-without building anything. ``robot_rl.agents.sac`` builds the agent from them."""
+"""The SAC agent's settings: ``AgentSettings``, what a user chooses, and ``SACConfig``, all the
+agent is built from. Plain dataclasses with no torch behind them, so that ``robot_rl.config``
+(which every module reads) and the command line can hold and check them without building
+anything. ``robot_rl.agents.sac`` builds the agent from a ``SACConfig``."""
 
 from __future__ import annotations
 
@@ -20,26 +21,24 @@ HUMAN_IN_THE_LOOP_EXPLORATION = {"grasp_epsilon": 0.0, "target_entropy": -6.0}
 
 
 @dataclass
-class SACConfig:
+class AgentSettings:
+    """The SAC settings a user chooses (``robot-rl train --agent KEY=VALUE``, a config file's
+    ``agent:`` mapping, the nodes' ``agent`` parameter): ``TrainConfig.agent``. What the run fixes
+    by itself (the env's shapes, the device, the residual and frozen-encoder options) is
+    ``SACConfig``'s alone: ``DERIVED`` says where each comes from."""
+
     # observation
-    state_dim: int = 27
-    cameras: tuple[str, ...] = ()
-    image_size: tuple[int, int] = (64, 64)
-    image_encoder: str = "drq"  # "drq", "resnet18" or "frozen" (a head over cached features)
+    image_encoder: str = "drq"  # "drq", "resnet18" or "frozen" (a head over cached features: --frozen-encoder)
     image_features: int = 64
     state_features: int = 0  # 0: normalised state straight into the heads
     pretrained_path: str | None = None
     freeze_backbone: bool = False
     augment_pad: int = 4
-    frozen_encoder: dict | None = None  # with image_encoder "frozen": the encoder's description (its meta, sha)
-    frozen_encoder_path: str | None = None  # ... and the folder its weights load from (None: from a checkpoint)
     feature_augment_pad: int = 1  # random shift of cached feature maps, in feature cells
     # networks
-    action_dim: int = 7
     hidden: tuple[int, ...] = (256, 256)
     num_critics: int = 2
     num_target_critics: int = 2  # REDQ: min over a random subset of this size
-    grasp_critic: bool = True
     # optimisation
     discount: float = 0.97
     actor_lr: float = 3e-4
@@ -50,10 +49,9 @@ class SACConfig:
     target_entropy: float | None = None  # None -> -|A_motion| / 2
     backup_entropy: bool = False
     critic_actor_ratio: int = 1  # critic updates per actor update
+    autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
     # imitation levers
-    residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
     bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)
-    residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
     q_filter: bool = True
     # grasp critic
     grasp_penalty: float = 0.02
@@ -61,8 +59,32 @@ class SACConfig:
     gripper_width_index: int = 13  # where the gripper opening sits in obs["state"]
     gripper_open_threshold: float = 0.07
     grasp_epsilon: float = 0.1  # exploration for the discrete gripper head
+
+
+# SACConfig's fields beyond AgentSettings, and where a run takes each from (an ``agent`` setting
+# naming one is told so: robot_rl.config.check_values)
+DERIVED = {"state_dim": "the env's observation", "cameras": "--cameras", "image_size": "--image-size",
+           "action_dim": "the env's action space", "grasp_critic": "the task (whether it uses the gripper)",
+           "residual_scale": "--residual-scale", "residual_penalty": "--residual-penalty",
+           "frozen_encoder": "--frozen-encoder", "frozen_encoder_path": "--frozen-encoder",
+           "device": "--device (the ROS parameter device)"}
+
+
+@dataclass
+class SACConfig(AgentSettings):
+    """Everything the agent is built from: the user's ``AgentSettings`` and what the run derives
+    (``robot_rl.agent_setup.agent_config_for``); a checkpoint records it whole."""
+
+    state_dim: int = 27
+    cameras: tuple[str, ...] = ()
+    image_size: tuple[int, int] = (64, 64)
+    frozen_encoder: dict | None = None  # with image_encoder "frozen": the encoder's description (its meta, sha)
+    frozen_encoder_path: str | None = None  # ... and the folder its weights load from (None: from a checkpoint)
+    action_dim: int = 7
+    grasp_critic: bool = True
+    residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
+    residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
     device: str = "cpu"
-    autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
 
     @property
     def motion_dim(self) -> int:

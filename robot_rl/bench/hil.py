@@ -134,13 +134,13 @@ def console_latency(inputs: int, log=print) -> dict:
 def plan(p: dict, data: dict) -> dict[str, dict]:
     """Per reward and seed, the run with the simulated human and the one without (same demos,
     encoder, classifier and seed)."""
-    from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
+    from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION, AgentSettings
 
     common = dict(task="PickCube", obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
                   env_steps=p["env_steps"], eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                   final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
                   critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"],
-                  agent=dict(HUMAN_IN_THE_LOOP_EXPLORATION))  # the main job's exploration, in both runs
+                  agent=AgentSettings(**HUMAN_IN_THE_LOOP_EXPLORATION))  # the main job's exploration, in both runs
     runs = {}
     for seed in range(p["seeds"]):
         for reward in REWARDS:

@@ -58,7 +58,7 @@ def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfi
     base = TrainConfig(**{**known, "run_dir": None})  # by default the run continues where its checkpoint lies
     old = json.loads(json.dumps(dataclasses.asdict(base)))
     if "agent" in overrides:  # agent flags add to the run's agent config
-        overrides = {**overrides, "agent": {**base.agent, **overrides["agent"]}}
+        overrides = {**overrides, "agent": dataclasses.replace(base.agent, **overrides["agent"])}
     cfg = dataclasses.replace(base, **overrides)
     new = json.loads(json.dumps(dataclasses.asdict(cfg)))
     changed = {k: [old[k], new[k]] for k in overrides if old[k] != new[k]}
