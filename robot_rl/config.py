@@ -1,10 +1,11 @@
-"""Every configuration of robot_rl, in one place: training (``TrainConfig``) and the ROS nodes'
+"""Every configuration of robot_rl, in one place: training (``TrainConfig``), the other commands
+(``RecordConfig``, ``EvalConfig``, ``EncoderPretrainConfig``) and the ROS nodes'
 (``ActorNodeConfig``, ``LearnerNodeConfig``).
 
 A field and its default are written once: the three share base dataclasses (``CellConfig``:
 what the policy observes; ``PolicyConfig``: what shapes its networks; ``LearningConfig``: how
 the learner learns) and add only their own fields. Each field carries its help text
-(``setting``). From these dataclasses come the ``robot-rl train`` options
+(``setting``). From these dataclasses come the commands' options
 (``robot_rl.config_cli``), the ROS parameters (``robot_rl.drivers.node.declare_config``) and the
 checks of YAML / JSON configs (``check_values``): unknown keys and wrong types are one
 ``ConfigError`` line naming the file and the field.
@@ -194,6 +195,99 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise MissingFileError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")
+
+
+# ------------------------------------------------------------------ the other commands
+KEEP = ("all", "successes", "failures")  # which takes a recording stores
+DEVICE_HELP = "auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda:N or mps"
+
+
+@dataclass
+class RecordConfig:
+    """``robot-rl record``: the scripted expert's (or a checkpoint's) episodes into a store."""
+
+    task: str = setting("PickCube", "the sim task (robot-rl sim tasks lists them)")
+    backend: str = setting("mujoco", "the simulator")
+    episodes: int = setting(10, "episodes to store (the kept takes)")
+    noise: float = setting(0.1, "expert action noise (higher: more failed takes)")
+    policy: str | None = setting(None, "record a trained policy's rollouts (run folder or checkpoint) instead of the "
+                                       "scripted expert", metavar="CHECKPOINT")
+    device: str = setting("auto", f"with --policy: the torch device the policy acts on: {DEVICE_HELP}")
+    keep: str = setting("all", "the takes to store (also --successful-only, --failed-only)", choices=KEEP)
+    images: bool = setting(False, "record the cameras too")
+    image_size: tuple[int, int] = setting((128, 128), "camera frames: height width (one number: square)", metavar="N")
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "with --images: which of the twin's cameras (front, wrist, "
+                                                           "side)", metavar="NAME")
+    image_codec: str = setting("lossless", "how frames are stored", choices=("lossless", "jpeg"))
+    hold_after_success: int = setting(0, "steps of a still arm recorded after success (more success frames for the "
+                                         "classifier)")
+    hold_after_failure: int = setting(0, "steps of arm motion recorded after a failed take (negatives from all over "
+                                         "the workspace)")
+    hold_motion: float = setting(0.0, "random arm motion while holding (action std): frames on both sides of the "
+                                      "success boundary")
+    hold_rise: float = setting(0.0, "mean upward action while holding (carries the object up through the workspace)")
+    hold_release: float = setting(0.0, "share of successful takes whose hold lets go of the object (falling objects "
+                                       "above the line are successes too)", metavar="SHARE")
+    continue_after_success: int = setting(0, "the actor goes on acting this many steps after success (rollouts not "
+                                             "cut at success)", metavar="STEPS")
+    seed: int = setting(0, "random seed (episode i resets with seed + i)")
+
+    def validate(self) -> None:
+        if self.episodes < 1:
+            raise InputError("episodes must be >= 1")
+        if (self.hold_after_success or self.hold_after_failure) and self.continue_after_success:
+            raise InputError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
+                             "(the actor goes on), not both")
+        if not 0.0 <= self.hold_release <= 1.0:
+            raise InputError(f"hold_release is a share of takes in [0, 1], got {self.hold_release}")
+        if self.keep not in KEEP:
+            raise InputError(f"keep must be one of {KEEP}, got {self.keep!r}")
+
+
+@dataclass
+class EvalConfig:
+    """``robot-rl eval``: a checkpoint's policy on the sim twin, by ground truth."""
+
+    episodes: int = setting(50, "episodes")
+    task: str | None = setting(None, "default: the task it was trained on")
+    backend: str | None = setting(None, "default: the backend it was trained on")
+    seed: int = setting(3_000_000, "episode i resets with seed + i (default: a range no training run uses)")
+    human_eagerness: float = setting(0.0, "the simulated human watches, as in training (eagerness in (0, 1]): the "
+                                          "result adds its takeovers by reason, the share of steps it drove and the "
+                                          "episode lengths", flags=("--simulated-human",), metavar="EAGERNESS")
+    stochastic: bool = setting(False, "sample the policy's actions, as the actor does while training (default: its "
+                                      "deterministic action)")
+    device: str = setting("auto", f"the torch device the policy acts on: {DEVICE_HELP}")
+
+    def validate(self) -> None:
+        if self.episodes < 1:
+            raise InputError("--episodes must be at least 1")
+        if not 0.0 <= self.human_eagerness <= 1.0:
+            raise InputError(f"--simulated-human is an eagerness in (0, 1] (0: no human), got {self.human_eagerness}")
+
+
+@dataclass
+class EncoderPretrainConfig:
+    """``robot-rl encoder pretrain``: candidate frozen backbones, each measured, the best written."""
+
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "the cameras it encodes", metavar="NAME")
+    objectives: tuple[str, ...] = setting(("bc",), "candidates to train: bc, autoencoder (default bc: the probe's "
+                                                   "ranking did not predict the policy's success, bc was among the "
+                                                   "best; docs/CALIBRATION.md)", flags=("--objective",),
+                                          metavar="NAME")
+    classifier: str | None = setting(None, "also a candidate: this success classifier's conv trunks", metavar="DIR")
+    pretrained: str | None = setting(None, "also a candidate: your ResNet-18 weights (torchvision names, a local "
+                                           "file; nothing is downloaded)", metavar="FILE")
+    steps: int = setting(2000, "training steps of each trained candidate")
+    probe_steps: int = setting(1000, "steps of the measuring head on frozen features")
+    held_out: float = setting(0.2, "share of successful episodes kept for the measure")
+    seed: int = setting(0, "random seed")
+
+    def validate(self) -> None:
+        if self.steps < 1 or self.probe_steps < 1:
+            raise InputError("--steps and --probe-steps must be >= 1")
+        if not 0.0 < self.held_out < 1.0:
+            raise InputError(f"--held-out is a share of the successful episodes in (0, 1), got {self.held_out}")
 
 
 # ------------------------------------------------------------------ ROS nodes

@@ -530,7 +530,7 @@ def test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy(tmp_path
     demos = record_rollouts(tmp_path / "demos.zarr", "PickCube", 20, noise=0.1, seed=10_000, images=True,
                             image_size=(64, 64), cameras=CAMS, keep="successes")
     assert demos["successes"] == 20
-    report = pretrain_encoder([demos["path"]], tmp_path / "encoder", CAMS, ("bc",), steps=500, probe_steps=20,
+    report = pretrain_encoder([demos["path"]], tmp_path / "encoder", cameras=CAMS, objectives=("bc",), steps=500, probe_steps=20,
                               log=lambda m: None)
     assert report["chosen"] == "bc" and report["feature_shape"] == [5, 5, 32]
     summary = train(TrainConfig(task="PickCube", obs="pixels", demo_store=str(demos["path"]),

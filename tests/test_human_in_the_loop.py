@@ -30,7 +30,7 @@ def test_a_pixel_run_learns_from_the_simulated_humans_takeovers(tmp_path, capsys
 
     demos = record_rollouts(tmp_path / "demos.zarr", "PickCube", 3, noise=0.1, seed=10_000, images=True,
                             image_size=SIZE, cameras=CAMS, keep="successes")
-    pretrain_encoder([demos["path"]], tmp_path / "encoder", CAMS, ("bc",), steps=50, probe_steps=10,
+    pretrain_encoder([demos["path"]], tmp_path / "encoder", cameras=CAMS, objectives=("bc",), steps=50, probe_steps=10,
                      log=lambda m: None)
     run = tmp_path / "run"
     capsys.readouterr()

@@ -76,7 +76,7 @@ def prepare_pixel_data(folder: Path, p: dict, log=print,
     train_classifier([good, bad], folder / "classifier", steps=p["classifier_steps"], consecutive=2, device="cpu",
                      log=lambda m: None)
     trunks = str(folder / "classifier") if "classifier" in objectives else None
-    report = pretrain_encoder([demos], folder / "encoder", cams, tuple(objectives), classifier=trunks,
+    report = pretrain_encoder([demos], folder / "encoder", cameras=cams, objectives=tuple(objectives), classifier=trunks,
                               steps=p["encoder_steps"], probe_steps=p["probe_steps"], log=lambda m: None)
     log(f"pixel data ready: encoder {report['chosen']} (held-out loss "
         + ", ".join(f"{k} {v['held_out_loss']}" for k, v in report["candidates"].items()) + ")")

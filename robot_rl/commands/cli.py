@@ -96,20 +96,18 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_record(args) -> int:
+    import dataclasses
+
     from robot_rl.commands.record import record_rollouts
+    from robot_rl.config import RecordConfig
+    from robot_rl.config_cli import config_overrides
     from robot_rl.sim import get_task
 
-    get_task(args.task)
+    cfg = RecordConfig(**config_overrides(args, RecordConfig))
+    get_task(cfg.task)
     try:
-        summary = record_rollouts(args.out, args.task, args.episodes, backend=args.backend, noise=args.noise,
-                                  seed=args.seed, images=args.images, image_size=(args.image_size, args.image_size),
-                                  cameras=tuple(args.cameras), keep=args.keep, image_codec=args.image_codec, hold_after_success=args.hold_after_success,
-                                  hold_after_failure=args.hold_after_failure, hold_motion=args.hold_motion,
-                                  hold_rise=args.hold_rise, hold_release=args.hold_release,
-                                  continue_after_success=args.continue_after_success,
-                                  policy=args.policy, device=args.device, on_episode=lambda index, success: print(
-                                      f"record: episode {index} committed ({'success' if success else 'failure'})",
-                                      file=sys.stderr, flush=True))
+        summary = record_rollouts(args.out, **dataclasses.asdict(cfg), on_episode=lambda index, success: print(
+            f"record: episode {index} committed ({'success' if success else 'failure'})", file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # the committed episodes stay in the store; the one cut off never reads as one
         print(f"robot-rl: interrupted: {args.out} keeps the {_committed(args.out)} episodes committed before",
               file=sys.stderr)
@@ -227,15 +225,17 @@ def _cmd_session(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    import dataclasses
+
     from robot_rl.commands.evaluate import evaluate_checkpoint
+    from robot_rl.config import EvalConfig
+    from robot_rl.config_cli import config_overrides
 
     def progress(line: str) -> None:  # on stderr: stdout is the JSON result alone
         print(line, file=sys.stderr, flush=True)
 
-    result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, task=args.task, backend=args.backend,
-                                 seed=args.seed, device=args.device, log=progress,
-                                 human_eagerness=args.simulated_human, stochastic=args.stochastic)
-    print(json.dumps(result))
+    cfg = EvalConfig(**config_overrides(args, EvalConfig))
+    print(json.dumps(evaluate_checkpoint(args.checkpoint, log=progress, **dataclasses.asdict(cfg))))
     return 0
 
 
@@ -276,40 +276,18 @@ def add_train(sub) -> None:
 
 
 def add_record(sub) -> None:
-    rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store")
-    rec.add_argument("--task", default="PickCube")
-    rec.add_argument("--backend", default="mujoco")
-    rec.add_argument("--episodes", type=int, default=10)
-    rec.add_argument("--noise", type=float, default=0.1, help="expert action noise (higher: more failed takes)")
-    rec.add_argument("--policy", metavar="CHECKPOINT",
-                     help="record a trained policy's rollouts (run folder or checkpoint) instead of the scripted expert")
-    add_device(rec, "with --policy: the torch device the policy acts on")
-    keep = rec.add_mutually_exclusive_group()
-    keep.add_argument("--successful-only", dest="keep", action="store_const", const="successes",
-                      help="keep only successful takes")
-    keep.add_argument("--failed-only", dest="keep", action="store_const", const="failures",
-                      help="keep only failed takes (negatives for the success classifier)")
-    rec.add_argument("--images", action="store_true", help="record the cameras too")
-    rec.add_argument("--image-size", type=int, default=128)
-    rec.add_argument("--cameras", nargs="+", default=["front", "wrist"],
-                     help="with --images: which of the twin's cameras (front, wrist, side)")
-    rec.add_argument("--image-codec", default="lossless", choices=["lossless", "jpeg"])
-    rec.add_argument("--hold-after-success", type=int, default=0,
-                     help="steps of a still arm recorded after success (more success frames for the classifier)")
-    rec.add_argument("--hold-after-failure", type=int, default=0,
-                     help="steps of arm motion recorded after a failed take (negatives from all over the workspace)")
-    rec.add_argument("--hold-motion", type=float, default=0.0,
-                     help="random arm motion while holding (action std): frames on both sides of the success boundary")
-    rec.add_argument("--hold-rise", type=float, default=0.0,
-                     help="mean upward action while holding (carries the object up through the workspace)")
-    rec.add_argument("--hold-release", type=float, default=0.0, metavar="SHARE",
-                     help="share of successful takes whose hold lets go of the object (falling objects above the "
-                          "line are successes too)")
-    rec.add_argument("--continue-after-success", type=int, default=0, metavar="STEPS",
-                     help="the actor goes on acting this many steps after success (rollouts not cut at success)")
-    rec.add_argument("--seed", type=int, default=0)
+    from robot_rl.config import RecordConfig
+
+    rec = sub.add_parser("record", help="record scripted-expert episodes from the sim twin into an episode store",
+                         description="Every option but --out is a RecordConfig field (robot_rl/config.py).")
     rec.add_argument("--out", required=True, help="new store path (e.g. demos.zarr)")
-    rec.set_defaults(func=_cmd_record, keep="all")
+    add_config_options(rec, RecordConfig)
+    keep = rec.add_mutually_exclusive_group()  # the spellings of --keep successes / failures
+    keep.add_argument("--successful-only", dest="keep", action="store_const", const="successes",
+                      help="keep only successful takes (--keep successes)")
+    keep.add_argument("--failed-only", dest="keep", action="store_const", const="failures",
+                      help="keep only failed takes, negatives for the success classifier (--keep failures)")
+    rec.set_defaults(func=_cmd_record)
 
 
 def add_classifier(sub) -> None:
@@ -368,20 +346,14 @@ def add_report(sub) -> None:
 
 
 def add_eval(sub) -> None:
+    from robot_rl.config import EvalConfig
+
     ev = sub.add_parser("eval", help="evaluate a checkpoint on the sim twin (deterministic policy; with "
-                                     "--simulated-human, how often the operator would still step in)")
+                                     "--simulated-human, how often the operator would still step in)",
+                        description="Every option but --checkpoint is an EvalConfig field (robot_rl/config.py).")
     ev.add_argument("--checkpoint", required=True,
                     help="checkpoint folder, or run folder (its newest checkpoint that verifies)")
-    ev.add_argument("--episodes", type=int, default=50)
-    ev.add_argument("--task", help="default: the task it was trained on")
-    ev.add_argument("--backend", help="default: the backend it was trained on")
-    ev.add_argument("--seed", type=int, default=3_000_000)
-    ev.add_argument("--simulated-human", type=float, default=0.0, metavar="EAGERNESS",
-                    help="the simulated human watches, as in training (eagerness in (0, 1]): the result adds its "
-                         "takeovers by reason, the share of steps it drove and the episode lengths")
-    ev.add_argument("--stochastic", action="store_true", help="sample the policy's actions, as the actor does "
-                                                              "while training (default: its deterministic action)")
-    add_device(ev, "the torch device the policy acts on")
+    add_config_options(ev, EvalConfig)
     ev.set_defaults(func=_cmd_eval)
 
 
@@ -424,20 +396,21 @@ def add_session(sub) -> None:
 
 
 def _cmd_encoder(args) -> int:
-    from robot_rl.commands.encoder import pretrain_encoder
+    import dataclasses
 
-    if args.steps < 1 or args.probe_steps < 1:
-        raise InputError("--steps and --probe-steps must be >= 1")
-    if not 0.0 < args.held_out < 1.0:
-        raise InputError(f"--held-out is a share of the successful episodes in (0, 1), got {args.held_out}")
-    report = pretrain_encoder(args.data, args.out, cameras=tuple(args.cameras), objectives=tuple(args.objective),
-                              classifier=args.classifier, pretrained=args.pretrained, steps=args.steps,
-                              probe_steps=args.probe_steps, held_out=args.held_out, seed=args.seed)
-    print(json.dumps(report))
+    from robot_rl.commands.encoder import pretrain_encoder
+    from robot_rl.config import EncoderPretrainConfig
+    from robot_rl.config_cli import config_overrides
+
+    cfg = EncoderPretrainConfig(**config_overrides(args, EncoderPretrainConfig))
+    cfg.validate()
+    print(json.dumps(pretrain_encoder(args.data, args.out, **dataclasses.asdict(cfg))))
     return 0
 
 
 def add_encoder(sub) -> None:
+    from robot_rl.config import EncoderPretrainConfig
+
     enc = sub.add_parser("encoder", help="a frozen image backbone for fast pixel training").add_subparsers(
         dest="encoder_command", required=True)
     pre = enc.add_parser("pretrain", help="train candidate backbones on episode stores (behaviour cloning, a spatial "
@@ -446,17 +419,7 @@ def add_encoder(sub) -> None:
     pre.add_argument("--data", action="append", required=True, metavar="STORE",
                      help="an episode store recorded with images (repeatable); successful episodes are the measure")
     pre.add_argument("--out", required=True, metavar="DIR", help="the encoder folder (train --frozen-encoder DIR)")
-    pre.add_argument("--cameras", nargs="+", default=["front", "wrist"], metavar="NAME")
-    pre.add_argument("--objective", nargs="+", default=["bc"], metavar="NAME",
-                     help="candidates to train: bc, autoencoder (default bc: the probe's ranking did not predict "
-                          "the policy's success, bc was among the best; docs/CALIBRATION.md)")
-    pre.add_argument("--classifier", metavar="DIR", help="also a candidate: this success classifier's conv trunks")
-    pre.add_argument("--pretrained", metavar="FILE", help="also a candidate: your ResNet-18 weights (torchvision "
-                                                          "names, a local file; nothing is downloaded)")
-    pre.add_argument("--steps", type=int, default=2000, help="training steps of each trained candidate")
-    pre.add_argument("--probe-steps", type=int, default=1000, help="steps of the measuring head on frozen features")
-    pre.add_argument("--held-out", type=float, default=0.2, help="share of successful episodes kept for the measure")
-    pre.add_argument("--seed", type=int, default=0)
+    add_config_options(pre, EncoderPretrainConfig)
     pre.set_defaults(func=_cmd_encoder)
 
 

@@ -33,6 +33,7 @@ from robot_rl.agents.frozen import DRQ_BACKBONE as DRQ
 from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, feature_shape
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
+from robot_rl.config import EncoderPretrainConfig
 from robot_rl.runtime.progress import ProgressLines
 
 OBJECTIVES = ("bc", "autoencoder", "classifier", "pretrained")
@@ -246,15 +247,18 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
             int(np.prod(encoder.feature_shape)) * 2 * len(cams)}
 
 
-def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc",),
-                     classifier: str | None = None, pretrained: str | None = None, steps: int = 2000,
-                     probe_steps: int = 1000, held_out: float = 0.2, seed: int = 0, log=print) -> dict:
+def pretrain_encoder(data, out, log=print, **settings) -> dict:
     """Train / read every candidate, measure each with ``probe``, write the best to ``out``
-    (``encoder.safetensors`` + ``report.json``); returns the report.
+    (``encoder.safetensors`` + ``report.json``); returns the report. ``settings``: the fields of
+    ``EncoderPretrainConfig`` (robot_rl/config.py, their defaults).
 
     The default is behaviour cloning alone: across reward x encoder x seed the probe's ranking did
     not predict the policy's success (it ranked the autoencoder first, which trained the worst
     policies), and bc was among the best (docs/CALIBRATION.md, "Reward x frozen encoder x seed")."""
+    c = EncoderPretrainConfig(**settings)
+    c.validate()
+    cameras, objectives, classifier, pretrained, steps, seed = (c.cameras, c.objectives, c.classifier, c.pretrained,
+                                                                c.steps, c.seed)
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown:
         raise FrozenEncoderError(f"unknown objective {unknown[0]!r}; choose from {list(OBJECTIVES)}")
@@ -269,7 +273,7 @@ def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc",),
         raise FrozenEncoderError("no candidate encoder: give --objective bc/autoencoder, --classifier DIR or "
                                  "--pretrained FILE")
     frames = load_frames([str(p) for p in data], tuple(cameras))
-    train_mask, held_mask = split_episodes(frames, held_out, seed)
+    train_mask, held_mask = split_episodes(frames, c.held_out, seed)
     train_rows, held_rows = np.flatnonzero(train_mask), np.flatnonzero(held_mask)
     log(f"encoder pretrain: {len(frames['state'])} frames of {len(np.unique(frames['episode']))} episodes, "
         f"{len(np.unique(frames['episode'][held_rows]))} successful episodes held out for the measurement")
@@ -286,7 +290,7 @@ def pretrain_encoder(data, out, cameras=("front", "wrist"), objectives=("bc",),
         else:
             encoder = FrozenEncoder.from_torchvision(pretrained, cameras, frames["image_size"])
         trained_s = time.time() - t0
-        report[name] = {**probe(encoder, frames, train_rows, held_rows, probe_steps, seed, log),
+        report[name] = {**probe(encoder, frames, train_rows, held_rows, c.probe_steps, seed, log),
                         "train_s": round(trained_s, 1), "probe_s": round(time.time() - t0 - trained_s, 1)}
         candidates[name] = encoder
         log(f"candidate {name}: held-out loss {report[name]['held_out_loss']:.4f} (motion MSE "

@@ -9,32 +9,30 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.config import EvalConfig
 from robot_rl.envs import make_env
-from robot_rl.errors import InputError
 from robot_rl.rollout import evaluate
 from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
                                          resolve_checkpoint)
 from robot_rl.runtime.device import resolve_device
 
 
-def evaluate_checkpoint(path: str, episodes: int = 50, task: str | None = None, backend: str | None = None,
-                        seed: int = 3_000_000, device: str = "auto", log=None, human_eagerness: float = 0.0,
-                        stochastic: bool = False) -> dict:
-    """The checkpoint's policy on ``device`` (auto, cpu, cuda, cuda:N, mps), whatever device it was
-    trained on; ``log``: progress lines. Deterministic unless ``stochastic`` (as the actor samples
-    while training). ``human_eagerness`` > 0: the simulated human watches, as in training, and the
+def evaluate_checkpoint(path: str, log=None, **settings) -> dict:
+    """The checkpoint's policy, ``settings`` the fields of ``EvalConfig`` (robot_rl/config.py, their
+    defaults): on ``device`` (auto, cpu, cuda, cuda:N, mps), whatever device it was trained on;
+    ``log``: progress lines. Deterministic unless ``stochastic`` (as the actor samples while
+    training). ``human_eagerness`` > 0: the simulated human watches, as in training, and the
     result adds its takeovers (by reason), the share of steps it drove and the episode lengths."""
-    if episodes < 1:
-        raise InputError("--episodes must be at least 1")
-    if not 0.0 <= human_eagerness <= 1.0:
-        raise InputError(f"--simulated-human is an eagerness in (0, 1] (0: no human), got {human_eagerness}")
-    device = resolve_device(device)
+    c = EvalConfig(**settings)
+    c.validate()
+    episodes, task, seed, stochastic, human_eagerness = c.episodes, c.task, c.seed, c.stochastic, c.human_eagerness
+    device = resolve_device(c.device)
     ckpt = resolve_checkpoint(Path(path))
     trained = read_state(ckpt).get("train_config", {})
     agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
     check_recorded_network(agent.config, ckpt)  # an agent file swapped in from another run is refused
     task = task or trained.get("task", "PickCube")
-    env = make_env(task, backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
+    env = make_env(task, c.backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
                    tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
     try:
         check_compatible(agent.config, env, ckpt)

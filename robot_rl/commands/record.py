@@ -12,11 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.config import RecordConfig
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
-from robot_rl.errors import InputError
-
-KEEP = ("all", "successes", "failures")  # which takes a recording stores
 
 
 class CheckpointPolicy:
@@ -41,15 +39,10 @@ class CheckpointPolicy:
         return self.agent.act(self.flat.observation(obs), deterministic=self.deterministic)
 
 
-def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "mujoco", noise: float = 0.1,
-                    seed: int = 0, images: bool = False, image_size: tuple[int, int] = (128, 128),
-                    cameras: tuple[str, ...] = ("front", "wrist"), keep: str = "all",
-                    image_codec: str = "lossless", hold_after_success: int = 0, hold_after_failure: int = 0,
-                    hold_motion: float = 0.0, hold_rise: float = 0.0, hold_release: float = 0.0,
-                    continue_after_success: int = 0, policy: str | Path | None = None, on_episode=None,
-                    device: str = "auto") -> dict:
-    """Record ``episodes`` episodes (kept ones) into a new store at ``out``; returns a summary.
-    The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
+def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, **settings) -> dict:
+    """Record ``episodes`` episodes (kept ones) of ``task`` into a new store at ``out``; returns a
+    summary. ``settings``: the other fields of ``RecordConfig`` (robot_rl/config.py, their
+    defaults). ``on_episode(index, success)`` is called as each episode is committed. The actor is the scripted expert with ``noise``, or the checkpoint ``policy`` (a run folder
     or checkpoint; its stochastic policy, so that rollouts differ).
 
     ``hold_after_success`` keeps recording that many steps of a still arm after the task is
@@ -72,32 +65,28 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
-    if episodes < 1:
-        raise InputError("episodes must be >= 1")
-    if (hold_after_success or hold_after_failure) and continue_after_success:
-        raise InputError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
-                         "(the actor goes on), not both")
-    if not 0.0 <= hold_release <= 1.0:
-        raise InputError(f"hold_release is a share of takes in [0, 1], got {hold_release}")
-    if keep not in KEEP:
-        raise InputError(f"keep must be one of {KEEP}, got {keep!r}")
+    c = RecordConfig(task=task, episodes=episodes, **settings)
+    c.validate()
+    policy, seed, hold_after_success, hold_release = c.policy, c.seed, c.hold_after_success, c.hold_release
+    continue_after_success, hold_motion, hold_rise = c.continue_after_success, c.hold_motion, c.hold_rise
+    device = c.device
     if policy is not None:
         from robot_rl.runtime.device import resolve_device
 
         device = resolve_device(device)  # before the sim starts and the store is created
-    env = make(task, backend, images=images, image_size=tuple(image_size), cameras=tuple(cameras))
+    env = make(task, c.backend, images=c.images, image_size=tuple(c.image_size), cameras=tuple(c.cameras))
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
         if policy is None:
-            actor, source = make_expert(task, noise=noise, seed=seed), {"source": "scripted_expert", "expert_noise": noise}
+            actor, source = make_expert(task, noise=c.noise, seed=seed), {"source": "scripted_expert", "expert_noise": c.noise}
         else:
             import torch
 
             torch.manual_seed(seed)  # the policy samples its actions
             actor, source = CheckpointPolicy(policy, env, device=device), {"source": "policy", "policy": str(policy)}
         store = EpisodeStore.create(out, fields, task=task, robot="panda", control_hz=env.limits.control_hz, cameras=cams,
-                                    images=image_codec, backend=backend, **source,
-                                    hold_after_success=hold_after_success, hold_after_failure=hold_after_failure,
+                                    images=c.image_codec, backend=c.backend, **source,
+                                    hold_after_success=hold_after_success, hold_after_failure=c.hold_after_failure,
                                     hold_motion=hold_motion, hold_rise=hold_rise, hold_release=hold_release,
                                     continue_after_success=continue_after_success)
         period = 1.0 / env.limits.control_hz
@@ -125,7 +114,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
             release_at = (int(hold_rng.integers(hold_after_success // 2, hold_after_success))
                           if hold_release > 0 and info["success"] and hold_after_success
                           and hold_rng.random() < hold_release else None)
-            for i in range(after if info["success"] else hold_after_failure):
+            for i in range(after if info["success"] else c.hold_after_failure):
                 hold = np.zeros(env.action_space.shape, np.float32)  # gripper as it is
                 if release_at is not None and i >= release_at:
                     hold[6] = -1.0  # open
@@ -136,7 +125,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, backend: str = "m
                 obs, reward, terminated, truncated, hold_info = env.step(hold)
                 t[0] += period
                 recorder.step(hold, obs, reward, terminated, truncated, success=hold_info["success"])
-            if keep == "all" or (keep == "successes") == bool(info["success"]):
+            if c.keep == "all" or (c.keep == "successes") == bool(info["success"]):
                 index = recorder.finish()
                 kept += 1
                 successes += bool(info["success"])
