@@ -507,3 +507,32 @@ def test_the_update_draws_its_randomness_from_the_agent_alone(tmp_path):
     torch.testing.assert_close(resumed.update(batch)["critic_loss"], a.update(batch)["critic_loss"], rtol=0, atol=0)
     for (k, pa), (_, pr) in zip(a.state_dict().items(), resumed.state_dict().items()):
         torch.testing.assert_close(pa, pr, rtol=0, atol=0, msg=k)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device check runs it)")
+
+
+@CUDA
+def test_on_a_gpu_the_update_draws_from_the_agent_and_a_checkpoint_moves_between_devices(tmp_path):
+    """On CUDA: updates are finite and independent of torch's global generators (the REDQ subset
+    and the shifts come from the agent's CUDA generator); a GPU checkpoint resumes on the GPU
+    drawing where it left off, and loads on the CPU with a fresh generator of its own."""
+    replay, _ = _pixel_replay(0)
+    a, b = _pixel_agent(device="cuda", num_critics=4), _pixel_agent(device="cuda", num_critics=4)
+    assert a.update_noise.device.type == "cuda"
+    for _ in range(3):
+        batch = replay.sample(16, n_step=2)
+        ma = metrics_to_floats(a.update(batch))
+        torch.rand(1000, device="cuda")  # someone else draws from the global generators
+        torch.rand(1000)
+        mb = metrics_to_floats(b.update(batch))
+        assert all(np.isfinite(v) for v in ma.values()), ma
+        assert ma["critic_loss"] == pytest.approx(mb["critic_loss"], rel=1e-4), (ma, mb)
+    path = tmp_path / "agent.safetensors"
+    save_agent(a, path)
+    on_gpu, on_cpu = load_agent(path, device="cuda"), load_agent(path, device="cpu")
+    batch = replay.sample(16, n_step=2)
+    assert metrics_to_floats(on_gpu.update(batch))["critic_loss"] == pytest.approx(
+        metrics_to_floats(a.update(batch))["critic_loss"], rel=1e-4)
+    assert np.isfinite(metrics_to_floats(on_cpu.update(batch))["critic_loss"])
+    assert on_cpu.act({"state": np.zeros(5, np.float32), "front": np.zeros((32, 32, 3), np.uint8)}).shape == (7,)

@@ -214,8 +214,11 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu", co
         agent = SACAgent(config)
         agent.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         agent.num_updates = int(meta.get("num_updates", 0))
-        if UPDATE_NOISE in tensors:  # a resumed run draws the update's randomness where it left off
-            agent.update_noise.set_state(tensors[UPDATE_NOISE])
+        saved_noise = tensors.get(UPDATE_NOISE)
+        # a resumed run draws the update's randomness where it left off; a generator of another
+        # device type (a GPU run's checkpoint loaded on the CPU) has another state: a fresh one
+        if saved_noise is not None and saved_noise.numel() == agent.update_noise.get_state().numel():
+            agent.update_noise.set_state(saved_noise)
         if with_optimizers:
             for name in OPTIMIZERS:
                 opt = getattr(agent, name)
