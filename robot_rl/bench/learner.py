@@ -37,7 +37,7 @@ from torch import nn
 from robot_rl.agents.frozen import DRQ_BACKBONE, FrozenEncoder
 from robot_rl.agents.networks import mlp
 from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig, make_adam
-from robot_rl.envs import make_env, obs_spec
+from robot_rl.envs import obs_spec, spec_env
 from robot_rl.replay.buffer import BatchStaging, MixedReplay, ReplayBuffer
 from robot_rl.runtime.device import resolve_device
 
@@ -245,10 +245,8 @@ def frozen_and_state_rates(s: dict, device: str, log=print) -> dict:
 
 
 def state_spec() -> dict:
-    env = make_env("PickCube", "mujoco", "state")
-    spec = obs_spec(env.observation_space)
-    env.close()
-    return spec
+    """PickCube's state observation, read from its spaces alone (no simulator is started)."""
+    return obs_spec(spec_env("PickCube", "state").observation_space)
 
 
 def pixel_spec(image_size: tuple[int, int] = PIXEL_IMAGE_SIZE) -> dict:
