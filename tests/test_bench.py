@@ -213,6 +213,18 @@ def test_ros_bench_quick_gives_every_figure():
     assert figures["franka_tracking_misses"] >= 0
 
 
+def test_hil_steps_to_90_start_after_the_clones_evaluation():
+    """A cloned base already at 90 % does not count as 0 steps: the run goes on to the first
+    evaluation after step 0 at 90 % (where stop_at_success ends it), and so does the figure."""
+    from robot_rl.bench.hil import steps_ratio, steps_to_90_after_start
+
+    curve = lambda *points: [{"env_steps": s, "success_rate": r} for s, r in points]  # noqa: E731
+    assert steps_to_90_after_start(curve((0, 0.95), (1000, 0.75), (2000, 0.9))) == 2000
+    assert steps_to_90_after_start(curve((0, 0.95), (1000, 0.85))) is None
+    assert steps_to_90_after_start(curve((0, 0.5), (1000, 1.0))) == 1000
+    assert steps_ratio(2000, 3000) == 0.667 and steps_ratio(None, 3000) is None and steps_ratio(2000, None) is None
+
+
 def test_hil_bench_quick_gives_every_figure():
     """PickCube from pixels, both rewards, with and without the simulated human: every figure
     there and each what its name says of the runs' curves."""
@@ -234,11 +246,14 @@ def test_hil_bench_quick_gives_every_figure():
                 assert curve and curve[0][0] == 0, (key, run)  # the clone is graded before any online step
                 steps[run] = figures[f"{key}_steps_to_90_{run}"]
                 assert steps[run] is None or isinstance(steps[run], int), (key, run)
-                assert steps[run] == _first_at(curve, 0.9), (key, run)
+                # where the run stops: the first evaluation after step 0 (the clone's counts for neither)
+                assert steps[run] == _first_at([point for point in curve if point[0] > 0], 0.9), (key, run)
                 reached[run] += steps[run] is not None
                 final = figures[f"{key}_final_success_{run}"]
                 assert isinstance(final, float) and 0.0 <= final <= 1.0 and final == curve[-1][1], (key, run)
                 assert figures[f"{key}_{run}_wall_s"] > 0, (key, run)
+                later = [point[1] for point in curve if point[0] > 0]
+                assert figures[f"{key}_lowest_eval_{run}"] == (min(later) if later else None), (key, run)
             a, b = steps["with_human"], steps["without_human"]
             ratio = figures[f"{key}_steps_ratio"]
             assert ratio is None or isinstance(ratio, float), key
@@ -255,6 +270,10 @@ def test_hil_bench_quick_gives_every_figure():
         assert figures[f"pickcube_{reward}_seeds_with_ratio"] == len(ratios)
         for run in ("with_human", "without_human"):
             assert figures[f"pickcube_{reward}_reached_90_{run}"] == reached[run], (reward, run)
+            lows = [v for seed in range(seeds) if (v := figures[f"pickcube_{reward}_seed{seed}_lowest_eval_{run}"])
+                    is not None]
+            assert figures[f"pickcube_{reward}_lowest_eval_median_{run}"] == (
+                round(statistics.median(lows), 3) if lows else None), (reward, run)
     assert not any(k.startswith("peginsert") for k in figures)  # the state rows are gone
     assert figures["total_wall_s"] > 0 and figures["notes"]
     assert figures["console_inputs_seen"] == figures["console_inputs"]

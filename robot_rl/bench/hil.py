@@ -158,14 +158,22 @@ def steps_ratio(with_human: int | None, without: int | None) -> float | None:
     return round(with_human / without, 3) if with_human is not None and without else None
 
 
+def steps_to_90_after_start(evals: list[dict]) -> int | None:
+    """Env steps to the first evaluation after step 0 at >= 90 %: where the run stops
+    (``stop_at_success`` judges no evaluation before learning), so a base that already
+    succeeds counts the dip and the climb back, not 0."""
+    return next((e["env_steps"] for e in evals if e["env_steps"] > 0 and e["success_rate"] >= 0.9), None)
+
+
 def reward_figures(results: dict[str, dict], reward: str, seeds: int) -> dict:
     """One reward's figures: per seed, then over the seeds."""
     figures: dict = {}
     ratios, reached_with, reached_without = [], 0, 0
+    lowest: dict[str, list[float]] = {"with_human": [], "without_human": []}
     for seed in range(seeds):
         key = f"pickcube_{reward}_seed{seed}"
         with_h, without = results[f"{key}_with_human"], results[f"{key}_without_human"]
-        a, b = with_h["steps_to_90"], without["steps_to_90"]
+        a, b = steps_to_90_after_start(with_h["evals"]), steps_to_90_after_start(without["evals"])
         ratio = steps_ratio(a, b)
         reached_with += a is not None
         reached_without += b is not None
@@ -182,10 +190,16 @@ def reward_figures(results: dict[str, dict], reward: str, seeds: int) -> dict:
         for run, s in (("with_human", with_h), ("without_human", without)):
             figures[f"{key}_{run}_curve"] = [[e["env_steps"], e["success_rate"]] for e in s["evals"]]
             figures[f"{key}_{run}_wall_s"] = s["wall_s"]
+            learning = [e["success_rate"] for e in s["evals"] if e["env_steps"] > 0]
+            figures[f"{key}_lowest_eval_{run}"] = min(learning) if learning else None
+            if learning:
+                lowest[run].append(min(learning))
     figures[f"pickcube_{reward}_steps_ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
     figures[f"pickcube_{reward}_seeds_with_ratio"] = len(ratios)
     figures[f"pickcube_{reward}_reached_90_with_human"] = reached_with
     figures[f"pickcube_{reward}_reached_90_without_human"] = reached_without
+    for run, values in lowest.items():  # how far the policy alone falls while it learns
+        figures[f"pickcube_{reward}_lowest_eval_median_{run}"] = round(statistics.median(values), 3) if values else None
     return figures
 
 
@@ -229,11 +243,15 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         "the base policy on the demo buffer (intervention_bc_steps 1, as the main job)",
         f"evaluation every {p['eval_every']} env steps over {p['eval_episodes']} episodes of the policy alone "
         f"(deterministic, no human), so success there is success without interventions; a run stops at the first "
-        f"evaluation at >= 90% or after {p['env_steps']} env steps; steps_to_90 counts env steps (the human's "
-        "included) to that evaluation, null if never reached",
+        f"evaluation after step 0 at >= 90% or after {p['env_steps']} env steps; steps_to_90 counts env steps (the "
+        "human's included) to that evaluation, null if never reached (an evaluation at step 0, the cloned base's, "
+        "counts for neither)",
         "steps_ratio per seed: steps to 90% with the human / without, null unless both runs reached 90% (and the one "
         "without after more than 0 steps); steps_ratio_median: the median over the seeds that have a ratio "
         "(seeds_with_ratio of them; null if none); reached_90_with_human / _without_human: runs that reached 90%",
+        "lowest_eval: a run's lowest evaluation after step 0 (how far the policy alone falls while it learns; with a "
+        "cloned base that already succeeds, what the human buys shows here more than in steps to 90%); "
+        "lowest_eval_median_*: the median over the seeds",
         f"runs execute {jobs} at a time on this machine; each wall_s is that run's own wall time; total_wall_s: "
         "making the pixel data (demos, classifier, encoder) and the runs, not the console measurement",
         "console_input_to_command: HTTP POST of a key change to the console (the teleop node, its own process) -> "
