@@ -74,7 +74,7 @@ class LearnerNode(Node):
         if cfg.demo_store:
             from robot_rl.data.demos import load_demos
 
-            info = load_demos(cfg.demo_store, self.env, cfg.task, self.learner.replay.add_demo)
+            info = load_demos(cfg.demo_store, self.env, cfg.task, self.learner.replay.add_demo, cfg.demo_map)
             log(f"{info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
         if cfg.online_store and Path(cfg.online_store).exists():
             info = load_online_store(cfg.online_store, self.env, cfg.task, self.learner.replay)

@@ -6,6 +6,7 @@ of ``robot_rl.config``, which every module reads and which builds nothing."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
 from robot_rl.agents.settings import AgentSettings, SACConfig
@@ -22,6 +23,13 @@ def check_train_config(cfg: TrainConfig) -> None:
     (``TrainConfig.validate``), a simulated human's scripted expert, the frozen encoder and the
     reward classifier against what the run renders, and the device."""
     cfg.validate()
+    if cfg.demo_store:
+        from robot_rl.data.lerobot import is_lerobot_dataset, read_info, read_map
+
+        if is_lerobot_dataset(cfg.demo_store):  # its version and map, before any work
+            read_info(Path(cfg.demo_store))
+            if cfg.demo_map:
+                read_map(cfg.demo_map)
     if cfg.human_eagerness > 0:
         check_expert(cfg.task, "the simulated human (--simulated-human)")
     check_frozen_encoder(cfg)

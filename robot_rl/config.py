@@ -67,9 +67,13 @@ class CellConfig:
 class PolicyConfig:
     """What shapes the policy's networks: the actor's copy is built as the learner's."""
 
-    demo_store: str | None = setting(None, "an episode store (robot-rl record / teleop) of demonstrations; with "
-                                           "demos the policy acts residually on a behaviour-cloned base",
+    demo_store: str | None = setting(None, "an episode store (robot-rl record / teleop) of demonstrations, or a "
+                                           "LeRobotDataset v3.0 folder; with demos the policy acts residually on a "
+                                           "behaviour-cloned base",
                                      metavar="STORE")
+    demo_map: str | None = setting(None, "with a LeRobotDataset folder as the demos: the YAML map of its features "
+                                         "(robot-rl data import; not needed for one robot-rl data export wrote)",
+                                   metavar="FILE.yaml")
     residual: bool = setting(True, "with demos: residual RL on a frozen behaviour-cloned base (see agents/sac.py)")
     residual_scale: float = setting(0.5, "with demos and residual: bound of the learned correction to the base")
     residual_penalty: float = setting(0.1, "with demos and residual: holds the policy near the base unless Q "
@@ -178,6 +182,8 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
             raise InputError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():
             raise MissingFileError(f"demo store {self.demo_store}: no such path")
+        if self.demo_map is not None and not Path(self.demo_map).is_file():
+            raise MissingFileError(f"demo map {self.demo_map}: no such file")
         if self.reward_classifier is not None and not Path(self.reward_classifier).exists():
             raise MissingFileError(f"reward classifier {self.reward_classifier}: no such path")
         if not 0.0 <= self.human_eagerness <= 1.0:

@@ -1,5 +1,5 @@
 """``robot-rl data``: episode stores from the command line: info, check (and repair), view,
-export-video, merge, split. The work is ``robot_rl.data``'s; this is its command line."""
+export-video, merge, split, and export / import to and from LeRobotDataset v3.0. The work is ``robot_rl.data``'s; this is its command line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from robot_rl.errors import is_disk_full
 
 
 def add_data(sub) -> None:
-    data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video").add_subparsers(
+    data = sub.add_parser("data", help="episode stores: info, check, view, merge, split, export-video, "
+                                                 "export and import (LeRobotDataset)").add_subparsers(
         dest="data_command", required=True)
     d_info = data.add_parser("info", help="what a store holds: episodes, lengths, success rate, intervention share, "
                                           "metadata and a table of every array")
@@ -38,6 +39,23 @@ def add_data(sub) -> None:
     d_merge.add_argument("inputs", nargs="+")
     d_merge.add_argument("--out", required=True)
     d_merge.set_defaults(func=_cmd_data)
+    d_export = data.add_parser("export", help="a store in a format other tools read: LeRobotDataset v3.0 (parquet + "
+                                              "mp4, what LeRobot loads)")
+    d_export.add_argument("store")
+    d_export.add_argument("--format", required=True, choices=["lerobot"])
+    d_export.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder")
+    d_export.add_argument("--video", default="lossless", choices=["lossless", "h264", "av1"],
+                          help="lossless: H.264 in RGB, frames come back equal (default); h264: yuv420p, crf 18, plays "
+                               "anywhere; av1: LeRobot's own default (both lossy)")
+    d_export.set_defaults(func=_cmd_data)
+    d_import = data.add_parser("import", help="a LeRobotDataset v3.0 folder into a new store")
+    d_import.add_argument("source", metavar="DIR")
+    d_import.add_argument("--format", required=True, choices=["lerobot"])
+    d_import.add_argument("--map", metavar="FILE.yaml", help="which features are the state, the cameras and the "
+                                                             "action, and how the action maps onto ours (README); not "
+                                                             "needed for a dataset robot-rl data export wrote")
+    d_import.add_argument("--out", required=True, metavar="STORE", help="the new store")
+    d_import.set_defaults(func=_cmd_data)
     d_split = data.add_parser("split", help="chosen episodes into a new store")
     d_split.add_argument("store")
     d_split.add_argument("--episodes", required=True, help="e.g. 0,3,5-9")
@@ -59,6 +77,14 @@ def _cmd_data(args) -> int:
             result = tools.export_video(args.store, out, args.episodes, getattr(args, "fps", None))
         elif command == "merge":
             result = tools.merge(out, args.inputs)
+        elif command == "export":
+            from robot_rl.data.lerobot import export_lerobot
+
+            result = export_lerobot(args.store, out, args.video)
+        elif command == "import":
+            from robot_rl.data.lerobot import import_lerobot
+
+            result = import_lerobot(args.source, out, args.map)
         else:
             result = tools.split(args.store, out, args.episodes)
     except OSError as e:

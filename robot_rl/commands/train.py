@@ -328,7 +328,7 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
     if cfg.demo_store:
         from robot_rl.data.demos import load_demos
 
-        info = load_demos(cfg.demo_store, env, cfg.task, send_demo)
+        info = load_demos(cfg.demo_store, env, cfg.task, send_demo, cfg.demo_map)
         actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
         log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
     elif cfg.demos:

@@ -29,9 +29,19 @@ def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
         raise StoreError(f"{store.path} holds actions of shape {store.fields['action'][0]}, the env takes ({action_dim},)")
 
 
-def load_demos(path: str | Path, env, task: str, add: Callable) -> dict:
+def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | Path | None = None) -> dict:
     """Every transition of every episode in the store -> ``add(obs, action, reward, next_obs,
-    terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them."""
+    terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them.
+    ``path`` may also be a LeRobotDataset v3.0 folder: imported first into a temporary store
+    (``robot_rl.data.lerobot``; ``demo_map``: its map, needed unless robot-rl exported it)."""
+    from robot_rl.data.lerobot import import_lerobot, is_lerobot_dataset
+
+    if is_lerobot_dataset(path):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="robot-rl-demos-") as tmp:
+            imported = import_lerobot(path, Path(tmp) / "demos.zarr", demo_map)
+            return {**load_demos(imported["out"], env, task, add), "imported_from": "lerobot"}
     store = EpisodeStore.open(path)
     if not len(store):
         raise StoreError(f"{path} holds no complete episode")
