@@ -116,14 +116,16 @@ def test_a_dataset_written_by_lerobot_imports_as_its_writer_wrote_it(tmp_path):
 
 
 def test_train_demos_reads_a_lerobot_folder_as_the_store_it_came_from(tmp_path):
+    """The demo buffer from an exported folder is the store's, transition for transition and pixel
+    for pixel: a run from either is the same run (sync mode)."""
     from robot_rl.commands.record import record_rollouts
     from robot_rl.data.demos import load_demos
     from robot_rl.envs import spec_env
 
     store = tmp_path / "demos.zarr"
-    record_rollouts(store, "PickCube", 2, noise=0.1, seed=10_000, keep="successes")
+    record_rollouts(store, "PickCube", 2, noise=0.1, seed=10_000, keep="successes", images=True, image_size=(32, 32))
     export_lerobot(store, tmp_path / "ds")
-    env = spec_env("PickCube", "state")
+    env = spec_env("PickCube", "pixels", image_size=(32, 32))  # what a pixel run's demo buffer holds
     seen: dict[str, list] = {"store": [], "lerobot": []}
     for name, path in (("store", store), ("lerobot", tmp_path / "ds")):
         info = load_demos(path, env, "PickCube", lambda *t, name=name: seen[name].append(t))
