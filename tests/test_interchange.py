@@ -213,3 +213,126 @@ def test_lerobots_own_loader_reads_an_export_frame_for_frame(tmp_path):
                           str(tmp_path / "front.npy")], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0 and out.stdout.strip().endswith("ok 2 " + str(len(frames))), out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------ rosbag2
+BAG_FIXTURE = Path(__file__).parent / "fixtures" / "rosbag2_lab_pick"  # scripts/make_rosbag_fixture.py made it
+BAG_MAP = ("rate: 10\ncameras: {front: /camera/color/image_raw}\npose: /franka/ee_pose\nwrench: /franka/ee_wrench\n"
+           "gripper: /franka_gripper/joint_states\nintervention: /teleop/is_intervention\nepisodes: {gap_s: 1.0}\n"
+           "success: all\ntask: PickCube\n")
+
+
+def test_a_store_exported_to_rosbag2_and_imported_back_is_equal(tmp_path, capsys):
+    import yaml
+
+    from robot_rl.contract import STATE_DIM
+
+    store = EpisodeStore.create(tmp_path / "s.zarr", {"state": ((STATE_DIM,), np.float32), "action": ((7,), np.float32),
+                                                      "privileged_cube": ((7,), np.float32),
+                                                      "front": ((16, 20, 3), np.uint8), "wrist": ((12, 16, 3), np.uint8)},
+                                task="PickCube", robot="panda", control_hz=10.0,
+                                cameras={"front": (16, 20), "wrist": (12, 16)})
+    for seed in range(3):
+        ep = synthetic_episode(seed, state_dim=STATE_DIM, cameras={"front": (16, 20), "wrist": (12, 16)})
+        ep["timestamp"] = np.arange(len(ep["reward"])) * 0.1
+        ep["success"][:] = seed == 1
+        store.add_episode(ep)
+    assert main(["data", "export", str(tmp_path / "s.zarr"), "--format", "rosbag2", "--out", str(tmp_path / "bag")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["storage"] == "mcap" and summary["episodes"] == 3
+    meta = yaml.safe_load((tmp_path / "bag" / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["storage_identifier"] == "mcap"
+    types = {t["topic_metadata"]["name"]: t["topic_metadata"]["type"] for t in meta["topics_with_message_count"]}
+    assert types["/robot_rl/front/image_raw"] == "sensor_msgs/msg/Image"
+    assert types["/robot_rl/tcp_pose"] == "geometry_msgs/msg/PoseStamped"
+    assert types["/robot_rl/tcp_wrench"] == "geometry_msgs/msg/WrenchStamped"
+    assert types["/robot_rl/joint_states"] == "sensor_msgs/msg/JointState"
+    assert types["/robot_rl/action"] == "std_msgs/msg/Float32MultiArray" and "/robot_rl/episode" in types
+    assert main(["data", "import", str(tmp_path / "bag"), "--format", "rosbag2", "--out", str(tmp_path / "b.zarr")]) == 0
+    a, b = EpisodeStore.open(tmp_path / "s.zarr"), EpisodeStore.open(tmp_path / "b.zarr")
+    assert list(a.episode_lengths) == list(b.episode_lengths) and b.attrs["task"] == "PickCube"
+    for e in range(len(a)):
+        for key, value in a[e].items():
+            if key == "timestamp":
+                np.testing.assert_allclose(b[e][key], value, atol=1e-9)
+            else:
+                np.testing.assert_array_equal(b[e][key], value, err_msg=f"episode {e} {key}")
+    assert main(["data", "check", str(tmp_path / "b.zarr")]) == 0
+
+
+def test_a_labs_bag_imports_resampled_to_the_control_rate(tmp_path):
+    from robot_rl.contract import STATE_SLICES
+    from robot_rl.data.rosbag import import_rosbag
+
+    (tmp_path / "map.yaml").write_text(BAG_MAP)
+    result = import_rosbag(BAG_FIXTURE, tmp_path / "lab.zarr", tmp_path / "map.yaml")
+    x = np.load(BAG_FIXTURE / "expected.npz")
+    store = EpisodeStore.open(tmp_path / "lab.zarr")
+    assert len(store) == result["episodes"] == len(x["episodes"]) and store.attrs["control_hz"] == 10
+    latest = lambda stamps, t: int(np.searchsorted(stamps, t, side="right") - 1)  # noqa: E731
+    for e, (start_s, end_s) in enumerate(x["episodes"]):
+        ep = store[e]
+        n = len(ep["state"])
+        in_episode = lambda key: (x[f"{key}_t"] >= x["t0"] + start_s * 1e9) & (x[f"{key}_t"] < x["t0"] + end_s * 1e9)  # noqa: E731
+        first = max(int(x[f"{k}_t"][in_episode(k)][0]) for k in ("image", "pose", "wrench", "gripper", "intervention"))
+        times = first + np.arange(n) * 10**8
+        assert times[-1] <= x["t0"] + end_s * 1e9 < times[-1] + 2 * 10**8  # the episode as its messages span it
+        for k, t in enumerate(times):
+            i = latest(x["pose_t"], t)
+            np.testing.assert_allclose(ep["state"][k, STATE_SLICES["tcp_pos"]], x["pose_pos"][i], atol=1e-6)
+            np.testing.assert_allclose(ep["state"][k, STATE_SLICES["tcp_quat"]], x["pose_quat"][i], atol=1e-6)
+            np.testing.assert_allclose(ep["state"][k, STATE_SLICES["ee_force"]], x["wrench_force"][latest(x["wrench_t"], t)],
+                                       atol=1e-5)
+            assert ep["state"][k, STATE_SLICES["gripper_width"]][0] == pytest.approx(
+                x["gripper_width"][latest(x["gripper_t"], t)], abs=1e-6)
+            np.testing.assert_array_equal(ep["front"][k], x["image_rgb"][latest(x["image_t"], t)])  # bgr8 -> rgb
+            assert ep["is_intervention"][k] == x["intervention_on"][latest(x["intervention_t"], t)]
+        # the action moved the TCP to the next frame's pose, in the cell's step units
+        steps = np.diff(ep["state"][:, STATE_SLICES["tcp_pos"]], axis=0) / 0.03
+        np.testing.assert_allclose(ep["action"][:-1, :3], np.clip(steps, -1, 1), atol=1e-5)
+        assert ep["action"][:-1, 6].min() == 0 and (ep["action"][:-1, 6] == 1).sum() == 1  # closes once
+        assert list(ep["has_action"]) == [True] * (n - 1) + [False] and ep["terminated"][n - 2]
+    assert result["dropped_messages"] > 0 and result["held_frames"] == 0  # 50 Hz poses into 10 Hz frames
+
+
+def _bag_with(tmp_path: Path, topics: dict[str, str], messages: int = 3) -> Path:
+    """A bag whose every topic in ``topics`` ({name: type}) is declared; Bool topics get messages."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS2_KILTED)
+    path = tmp_path / "made"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        for topic, kind in topics.items():
+            conn = writer.add_connection(topic, kind, typestore=ts)
+            if kind == "std_msgs/msg/Bool":
+                for i in range(messages):
+                    writer.write(conn, 10**9 + i * 10**8, ts.serialize_cdr(ts.types[kind](data=True), kind))
+    return path
+
+
+@pytest.mark.parametrize("make, map_text, named", [
+    (lambda p: _bag_with(p, {"/franka/ee_pose": "geometry_msgs/msg/PoseStamped", "/flag": "std_msgs/msg/Bool"}),
+     "pose: /franka/ee_pose\nintervention: /flag\n", ["made", "no messages on /franka/ee_pose"]),
+    (lambda p: _bag_with(p, {"/franka/ee_pose": "std_msgs/msg/Bool"}),
+     "pose: /franka/ee_pose\n", ["made", "/franka/ee_pose carries std_msgs/msg/Bool", "PoseStamped"]),
+    (lambda p: BAG_FIXTURE, "pose: /franka/pose\n", ["rosbag2_lab_pick", "no topic /franka/pose"]),
+    (lambda p: p, "pose: /franka/ee_pose\n", ["metadata.yaml", "not a rosbag2 folder"]),
+])
+def test_bad_bag_imports_are_one_line_naming_the_bag_and_leave_nothing(make, map_text, named, tmp_path, capsys):
+    bag = make(tmp_path)
+    (tmp_path / "map.yaml").write_text(map_text)
+    out = tmp_path / "out.zarr"
+    assert main(["data", "import", str(bag), "--format", "rosbag2", "--map", str(tmp_path / "map.yaml"),
+                 "--out", str(out)]) == 2
+    one_line_error(capsys.readouterr().err, *named)
+    assert not out.exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+def test_a_rosbag_export_into_a_non_empty_folder_is_refused(tmp_path, capsys):
+    store = _store(tmp_path / "s.zarr", episodes=1)
+    (tmp_path / "bag").mkdir()
+    (tmp_path / "bag" / "mine.txt").write_text("keep me")
+    assert main(["data", "export", str(store), "--format", "rosbag2", "--out", str(tmp_path / "bag")]) == 2
+    one_line_error(capsys.readouterr().err, str(tmp_path / "bag"), "not an empty folder")
+    assert [p.name for p in (tmp_path / "bag").iterdir()] == ["mine.txt"]

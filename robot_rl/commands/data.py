@@ -1,5 +1,5 @@
 """``robot-rl data``: episode stores from the command line: info, check (and repair), view,
-export-video, merge, split, and export / import to and from LeRobotDataset v3.0. The work is ``robot_rl.data``'s; this is its command line."""
+export-video, merge, split, and export / import to and from LeRobotDataset v3.0 and rosbag2. The work is ``robot_rl.data``'s; this is its command line."""
 
 from __future__ import annotations
 
@@ -40,20 +40,23 @@ def add_data(sub) -> None:
     d_merge.add_argument("--out", required=True)
     d_merge.set_defaults(func=_cmd_data)
     d_export = data.add_parser("export", help="a store in a format other tools read: LeRobotDataset v3.0 (parquet + "
-                                              "mp4, what LeRobot loads)")
+                                              "mp4, what LeRobot loads) or rosbag2 with MCAP storage (Foxglove, "
+                                              "ros2 bag play)")
     d_export.add_argument("store")
-    d_export.add_argument("--format", required=True, choices=["lerobot"])
+    d_export.add_argument("--format", required=True, choices=["lerobot", "rosbag2"])
     d_export.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder")
     d_export.add_argument("--video", default="lossless", choices=["lossless", "h264", "av1"],
-                          help="lossless: H.264 in RGB, frames come back equal (default); h264: yuv420p, crf 18, plays "
-                               "anywhere; av1: LeRobot's own default (both lossy)")
+                          help="--format lerobot: lossless: H.264 in RGB, frames come back equal (default); h264: "
+                               "yuv420p, crf 18, plays anywhere; av1: LeRobot's own default (both lossy)")
     d_export.set_defaults(func=_cmd_data)
-    d_import = data.add_parser("import", help="a LeRobotDataset v3.0 folder into a new store")
+    d_import = data.add_parser("import", help="a LeRobotDataset v3.0 folder or a rosbag2 into a new store")
     d_import.add_argument("source", metavar="DIR")
-    d_import.add_argument("--format", required=True, choices=["lerobot"])
-    d_import.add_argument("--map", metavar="FILE.yaml", help="which features are the state, the cameras and the "
-                                                             "action, and how the action maps onto ours (README); not "
-                                                             "needed for a dataset robot-rl data export wrote")
+    d_import.add_argument("--format", required=True, choices=["lerobot", "rosbag2"])
+    d_import.add_argument("--map", metavar="FILE.yaml", help="lerobot: which features are the state, the cameras and "
+                                                             "the action, and how the action maps onto ours; rosbag2: "
+                                                             "which topics are the cameras, the TCP's pose, wrench and "
+                                                             "gripper, the rate and the episodes (README); not needed "
+                                                             "for what robot-rl data export wrote")
     d_import.add_argument("--out", required=True, metavar="STORE", help="the new store")
     d_import.set_defaults(func=_cmd_data)
     d_split = data.add_parser("split", help="chosen episodes into a new store")
@@ -77,14 +80,22 @@ def _cmd_data(args) -> int:
             result = tools.export_video(args.store, out, args.episodes, getattr(args, "fps", None))
         elif command == "merge":
             result = tools.merge(out, args.inputs)
-        elif command == "export":
+        elif command == "export" and args.format == "lerobot":
             from robot_rl.data.lerobot import export_lerobot
 
             result = export_lerobot(args.store, out, args.video)
-        elif command == "import":
+        elif command == "export":
+            from robot_rl.data.rosbag import export_rosbag
+
+            result = export_rosbag(args.store, out)
+        elif command == "import" and args.format == "lerobot":
             from robot_rl.data.lerobot import import_lerobot
 
             result = import_lerobot(args.source, out, args.map)
+        elif command == "import":
+            from robot_rl.data.rosbag import import_rosbag
+
+            result = import_rosbag(args.source, out, args.map)
         else:
             result = tools.split(args.store, out, args.episodes)
     except OSError as e:
