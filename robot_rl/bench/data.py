@@ -121,8 +121,8 @@ def candidate(path: Path, episodes: list[dict], codec, shard: int | None = None)
 
 
 def lerobot_figures(tmp: Path, n_frames: int, store_bytes: int, log) -> dict:
-    """The lossless store to LeRobotDataset v3.0 and back, per video codec: frames/s each way
-    and the dataset's size over the store's."""
+    """The lossless store to LeRobotDataset v3.0 and back, per video codec, and to rosbag2 and
+    back: frames/s each way and the output's size over the store's."""
     from robot_rl.data.lerobot import export_lerobot, import_lerobot
 
     figures: dict = {}
@@ -136,6 +136,17 @@ def lerobot_figures(tmp: Path, n_frames: int, store_bytes: int, log) -> dict:
         figures[f"{prefix}_bytes_over_store"] = round(exported["bytes"] / store_bytes, 3)
         log(f"LeRobotDataset ({codec} video): export {figures[f'export_{prefix}_frames_per_s']} frames/s, import "
             f"{figures[f'import_{prefix}_frames_per_s']} frames/s, {figures[f'{prefix}_bytes_over_store']}x the store")
+    from robot_rl.data.rosbag import export_rosbag, import_rosbag
+
+    t0 = time.perf_counter()
+    exported = export_rosbag(tmp / "lossless.zarr", tmp / "bag")
+    figures["export_rosbag2_frames_per_s"] = round(n_frames / (time.perf_counter() - t0), 1)
+    t0 = time.perf_counter()
+    import_rosbag(tmp / "bag", tmp / "bag-back.zarr")
+    figures["import_rosbag2_frames_per_s"] = round(n_frames / (time.perf_counter() - t0), 1)
+    figures["rosbag2_bytes_over_store"] = round(exported["bytes"] / store_bytes, 3)
+    log(f"rosbag2 (MCAP, raw images): export {figures['export_rosbag2_frames_per_s']} frames/s, import "
+        f"{figures['import_rosbag2_frames_per_s']} frames/s, {figures['rosbag2_bytes_over_store']}x the store")
     return figures
 
 
@@ -227,5 +238,7 @@ def _run(p: dict, log) -> dict:
         "LeRobotDataset v3.0 (robot-rl data export/import --format lerobot): the lossless store exported and imported "
         "back, lossless video (H.264 RGB, qp 0) and h264 (yuv420p, crf 18); export: parquet + mp4 + meta; import: "
         "into a new store; *_bytes_over_store: the dataset's files over the Zarr store's bytes",
+        "rosbag2 (robot-rl data export/import --format rosbag2): MCAP storage, sensor_msgs/Image rgb8 (uncompressed, "
+        "as ros2 bag record stores raw images) plus the TCP's standard messages and our own topics, back into a store",
     ]
     return figures
