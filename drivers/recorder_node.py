@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ class RecorderNodeConfig:
     privileged: bool = True  # sim: keep the object poses (state policies, evaluation)
     control_hz: float = 10.0
     image_codec: str = "lossless"
+    rosbag: bool = False  # also every committed episode into a rosbag2 (MCAP) beside the store, <path>.bag-<time>/
     task_file: str = ""  # a real cell's task file: its name, rate and image size replace task, control_hz, image_size
 
 
@@ -66,6 +68,13 @@ class RecorderNode(Node):
         self.handled: dict[str, int] = {}  # sender -> the last episode (seq) committed or refused
         self.pub_status = self.create_publisher(String, topics.RECORDER_STATUS, topics.qos_latched())
         self.create_subscription(UInt8MultiArray, topics.EPISODES, self.on_episode, topics.qos_data(100))
+        self.bag = None
+        if self.cfg.rosbag:  # a session opens in Foxglove as it is recorded (data/rosbag.py); a new bag per start
+            from robot_rl.data.rosbag import BagWriter
+
+            self.bag_path = Path(f"{self.cfg.path}.bag-{time.strftime('%Y%m%d-%H%M%S')}")
+            self.bag = BagWriter(self.bag_path, self.store)
+            self.get_logger().info(f"also writing each episode to the rosbag2 {self.bag_path}")
         self.get_logger().info(f"recording episodes into {self.cfg.path} ({len(self.store)} there already)")
         self.publish_status()
 
@@ -93,10 +102,18 @@ class RecorderNode(Node):
         else:
             self.get_logger().info(f"episode {index} committed ({len(message.arrays['action'])} frames, "
                                    f"success {bool(message.arrays['success'][-1])})")
+            if self.bag is not None:
+                self.bag.add_episode(self.store[index])  # as committed
         sender, seq = message.meta.get("sender"), message.meta.get("seq")
         if isinstance(sender, str) and isinstance(seq, int):
             self.handled[sender] = max(seq, self.handled.get(sender, -1))
         self.publish_status()
+
+    def destroy_node(self):
+        if self.bag is not None:  # the bag's metadata.yaml is written on close
+            self.bag.close()
+            self.bag = None
+        return super().destroy_node()
 
     def publish_status(self) -> None:
         self.pub_status.publish(String(data=status_json(episodes=len(self.store), frames=int(self.store.n_frames),

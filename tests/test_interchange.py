@@ -336,3 +336,40 @@ def test_a_rosbag_export_into_a_non_empty_folder_is_refused(tmp_path, capsys):
     assert main(["data", "export", str(store), "--format", "rosbag2", "--out", str(tmp_path / "bag")]) == 2
     one_line_error(capsys.readouterr().err, str(tmp_path / "bag"), "not an empty folder")
     assert [p.name for p in (tmp_path / "bag").iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.ros
+def test_the_recorder_node_also_writes_a_rosbag_beside_its_store(tmp_path):
+    """With rosbag:=true every committed episode also goes into a rosbag2 (MCAP) beside the store,
+    closed with the node; it imports back equal to the store."""
+    import rclpy
+    from std_msgs.msg import UInt8MultiArray
+
+    from robot_rl.data.rosbag import import_rosbag
+    from robot_rl.drivers.recorder_node import RecorderNode
+    from robot_rl.runtime.wire import encode
+    from tests.helpers.ros import free_domain_id
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=free_domain_id(),
+               args=["--ros-args", "-p", f"path:={tmp_path / 'online.zarr'}", "-p", "cameras:=[front]",
+                     "-p", "image_size:=[32,32]", "-p", "rosbag:=true"])
+    try:
+        recorder = RecorderNode(context=context)
+        rng = np.random.default_rng(0)
+        for n in (5, 8):
+            arrays = {k: (rng.integers(0, 256, (n, *shape)) if dtype == np.uint8 else rng.normal(size=(n, *shape)))
+                      .astype(dtype) for k, (shape, dtype) in recorder.store.fields.items()}
+            arrays.update(has_action=np.arange(n) < n - 1, timestamp=np.arange(n) * 0.1)
+            recorder.on_episode(UInt8MultiArray(data=encode("episode", arrays, {"sender": "/actor:1", "seq": n})))
+        assert len(recorder.store) == 2
+        bag = recorder.bag_path
+        recorder.destroy_node()
+    finally:
+        context.try_shutdown()
+    import_rosbag(bag, tmp_path / "from-bag.zarr")
+    a, b = EpisodeStore.open(tmp_path / "online.zarr"), EpisodeStore.open(tmp_path / "from-bag.zarr")
+    assert list(a.episode_lengths) == list(b.episode_lengths) == [5, 8]
+    for e in range(2):
+        for key in ("state", "action", "reward", "front", "is_intervention", "success", "has_action"):
+            np.testing.assert_array_equal(a[e][key], b[e][key], err_msg=f"{e} {key}")

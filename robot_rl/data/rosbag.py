@@ -65,69 +65,84 @@ def _typestore():
 def export_rosbag(store_path: str | Path, out: str | Path) -> dict:
     """The store at ``store_path`` as a rosbag2 folder ``out`` (MCAP storage), written aside and
     renamed into place whole. Returns a summary."""
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RosbagError(f"{out} exists and is not an empty folder: export into a new one")
     store = EpisodeStore.open(store_path)
     if not len(store):
         raise RosbagError(f"{store_path} holds no episodes: nothing to export")
-    ts = _typestore()
-    m = _Messages(ts)
-    cameras = list(store.cameras)
-    privileged = [k for k in store.fields if k.startswith(PRIVILEGED_PREFIX)]
-    standard = store.fields["state"][0] == (STATE_DIM,)  # the cell's layout: poses, twist, wrench, fingers
     if out.exists():
         out.rmdir()
-    messages = 0
-    # the bag is written as <staging>/<name> (its file is <name>_0.mcap, as ros2 bag names it), then
-    # moved into place whole; the staging folder goes either way
+    # the bag is written as <staging>/<name> (its file is <name>.mcap), then moved into place
+    # whole; the staging folder goes either way
     staging = out.parent / f".{out.name}.staging-{os.getpid()}"
     remove(staging)
     staging.mkdir(parents=True)
     try:
-        tmp = staging / out.name
-        with Writer(tmp, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-            conns = {}
-            for key, value in (("task", store.attrs.get("task", "")), ("robot", store.attrs.get("robot", "")),
-                               ("control_hz", store.attrs["control_hz"])):
-                writer.set_custom_data(f"robot_rl.{key}", str(value))  # metadata.yaml's custom_data
-
-            def conn(topic: str, msgtype: str):
-                if topic not in conns:
-                    conns[topic] = writer.add_connection(topic, msgtype, typestore=ts)
-                return conns[topic]
-
-            start = T0_NS
+        writer = BagWriter(staging / out.name, store)
+        try:
             for e in range(len(store)):
-                ep = store[e]
-                stamps = start + np.round(ep["timestamp"] * 1e9).astype(np.int64)
-                for t, stamp in enumerate(stamps):
-                    stamp = int(stamp)
-                    out_msgs = [(f"{OWN}state", m.floats(ep["state"][t])), (f"{OWN}action", m.floats(ep["action"][t])),
-                                (f"{OWN}reward", m.float(ep["reward"][t])),
-                                (f"{OWN}is_intervention", m.bool(ep["is_intervention"][t])),
-                                (f"{OWN}flags", m.flags([ep[f][t] for f in FLAG_NAMES]))]
-                    out_msgs += [(f"{OWN}{cam}/image_raw", m.image(ep[cam][t], stamp, cam)) for cam in cameras]
-                    out_msgs += [(f"{OWN}privileged/{k[len(PRIVILEGED_PREFIX):]}", m.floats(ep[k][t]))
-                                 for k in privileged]
-                    if standard:
-                        out_msgs += m.cell_state(ep["state"][t], stamp)
-                    if t == 0 or t == len(stamps) - 1:
-                        out_msgs.append((f"{OWN}episode", m.string(json.dumps(
-                            {"event": "start" if t == 0 else "end", "episode": e}))))
-                    for topic, msg in out_msgs:
-                        writer.write(conn(topic, msg.__msgtype__), stamp, ts.serialize_cdr(msg, msg.__msgtype__))
-                        messages += 1
-                start = int(stamps[-1]) + EPISODE_GAP_NS
-        tmp.rename(out)
+                writer.add_episode(store[e])
+        finally:
+            writer.close()
+        (staging / out.name).rename(out)
     finally:
         remove(staging)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     return {"out": str(out), "format": "rosbag2", "storage": "mcap", "episodes": len(store),
-            "frames": int(store.n_frames), "messages": messages, "topics": sorted(conns), "bytes": size,
-            "store_bytes": store.nbytes_stored()}
+            "frames": int(store.n_frames), "messages": writer.messages, "topics": sorted(writer.connections),
+            "bytes": size, "store_bytes": store.nbytes_stored()}
+
+
+class BagWriter:
+    """Episodes of ``store`` (its fields and attributes; the episodes need not be in it yet) into a
+    new rosbag2 at ``path`` as they come: ``export_rosbag``, and the recorder node's ``rosbag``
+    parameter (a session opens in Foxglove as it is recorded). ``close`` writes the bag's
+    metadata.yaml."""
+
+    def __init__(self, path: Path, store: EpisodeStore):
+        from rosbags.rosbag2 import StoragePlugin, Writer
+
+        self.ts = _typestore()
+        self.m = _Messages(self.ts)
+        self.cameras = list(store.cameras)
+        self.privileged = [k for k in store.fields if k.startswith(PRIVILEGED_PREFIX)]
+        self.standard = store.fields["state"][0] == (STATE_DIM,)  # the cell's layout: poses, twist, wrench, fingers
+        self.writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self.writer.open()
+        for key in ("task", "robot", "control_hz"):  # metadata.yaml's custom_data
+            self.writer.set_custom_data(f"robot_rl.{key}", str(store.attrs.get(key, "")))
+        self.connections: dict = {}
+        self.next_start, self.episodes, self.messages = T0_NS, 0, 0
+
+    def _write(self, topic: str, msg, stamp: int) -> None:
+        if topic not in self.connections:
+            self.connections[topic] = self.writer.add_connection(topic, msg.__msgtype__, typestore=self.ts)
+        self.writer.write(self.connections[topic], stamp, self.ts.serialize_cdr(msg, msg.__msgtype__))
+        self.messages += 1
+
+    def add_episode(self, ep: dict[str, np.ndarray]) -> None:
+        m = self.m
+        stamps = self.next_start + np.round(ep["timestamp"] * 1e9).astype(np.int64)
+        for t, stamp in enumerate(stamps):
+            stamp = int(stamp)
+            out = [(f"{OWN}state", m.floats(ep["state"][t])), (f"{OWN}action", m.floats(ep["action"][t])),
+                   (f"{OWN}reward", m.float(ep["reward"][t])), (f"{OWN}is_intervention", m.bool(ep["is_intervention"][t])),
+                   (f"{OWN}flags", m.flags([ep[f][t] for f in FLAG_NAMES]))]
+            out += [(f"{OWN}{cam}/image_raw", m.image(ep[cam][t], stamp, cam)) for cam in self.cameras]
+            out += [(f"{OWN}privileged/{k[len(PRIVILEGED_PREFIX):]}", m.floats(ep[k][t])) for k in self.privileged]
+            if self.standard:
+                out += m.cell_state(ep["state"][t], stamp)
+            if t == 0 or t == len(stamps) - 1:
+                out.append((f"{OWN}episode", m.string(json.dumps({"event": "start" if t == 0 else "end",
+                                                                  "episode": self.episodes}))))
+            for topic, msg in out:
+                self._write(topic, msg, stamp)
+        self.next_start = int(stamps[-1]) + EPISODE_GAP_NS
+        self.episodes += 1
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class _Messages:
