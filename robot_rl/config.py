@@ -478,6 +478,19 @@ def read_yaml_file(path: str | Path, error=ConfigError, what: str = "file"):
         raise error(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
 
 
+def read_map_file(path: str | Path, cls, error) -> dict:
+    """A YAML file of some of ``cls``'s fields (a dataset's or a bag's map), as a dict: not a
+    mapping, or a key that is no field, is one ``error`` naming the file."""
+    data = read_yaml_file(path, error, "map")
+    fields = sorted(f.name for f in dataclasses.fields(cls))
+    if not isinstance(data, dict):
+        raise error(f"map {path}: expected a mapping of {', '.join(fields)}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise error(f"map {path}: unknown key {unknown[0]!r} (keys: {', '.join(fields)})")
+    return data
+
+
 def parse_key_values(items, source: str) -> dict:
     """``["KEY=VALUE", ...]`` (``--agent`` options, the ``agent`` ROS parameter) -> a dict; each
     VALUE is JSON where it parses as JSON (numbers, true/false, lists), else the text."""

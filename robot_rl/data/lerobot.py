@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import read_yaml_file
+from robot_rl.config import read_map_file
 from robot_rl.contract import ACTION_DIM
 from robot_rl.data.output import written_whole
 from robot_rl.data.recorder import PRIVILEGED_PREFIX
-from robot_rl.data.store import EpisodeStore, StoreError
+from robot_rl.data.store import EpisodeStore, StoreError, store_to_export
 from robot_rl.errors import UserFacingError
 
 CODEBASE_VERSION = "v3.0"
@@ -74,17 +74,11 @@ def export_lerobot(store_path: str | Path, out: str | Path, video: str = "lossle
     if video not in VIDEO_CODECS:
         raise LeRobotError(f"video codec {video!r}: choose {', '.join(VIDEO_CODECS)}")
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise LeRobotError(f"{out} exists and is not an empty folder: export into a new one")
-    store = EpisodeStore.open(store_path)
-    if not len(store):
-        raise LeRobotError(f"{store_path} holds no episodes: nothing to export")
+    store = store_to_export(store_path, out, LeRobotError)
     fps = float(store.attrs["control_hz"])
     cameras = list(store.cameras)
     privileged = [k for k in store.fields if k.startswith(PRIVILEGED_PREFIX)]
     task = str(store.attrs.get("task", ""))
-    if out.exists():
-        out.rmdir()
     with written_whole(out) as tmp:
         columns: dict[str, list] = {k: [] for k in ("observation.state", "action", "next.reward", "next.done",
                                                     *FLAGS, "store_timestamp", "timestamp", "frame_index", "episode_index", "index",
@@ -275,13 +269,7 @@ class DatasetMap:
 
 def read_map(path: str | Path) -> DatasetMap:
     """A ``DatasetMap`` from YAML; an unknown key or a wrong shape is one line naming the file."""
-    data = read_yaml_file(path, LeRobotError, "map")
-    if not isinstance(data, dict):
-        raise LeRobotError(f"map {path}: expected a mapping (state, cameras, action, ...)")
-    fields = {f.name for f in dataclasses.fields(DatasetMap)}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        raise LeRobotError(f"map {path}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(fields))})")
+    data = read_map_file(path, DatasetMap, LeRobotError)
     action = data.pop("action", None) or {}
     if not isinstance(action, dict) or set(action) - {f.name for f in dataclasses.fields(ActionMap)}:
         raise LeRobotError(f"map {path}: action takes feature, motion, scale, gripper and gripper_values")

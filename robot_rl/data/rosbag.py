@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import read_yaml_file
+from robot_rl.config import read_map_file, read_yaml_file
 from robot_rl.contract import ACTION_DIM, STATE_DIM, STATE_SLICES, ControlLimits
 from robot_rl.data.output import remove, written_whole
 from robot_rl.data.recorder import PRIVILEGED_PREFIX
-from robot_rl.data.store import EpisodeStore, StoreError
+from robot_rl.data.store import EpisodeStore, StoreError, store_to_export
 from robot_rl.errors import UserFacingError
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
 
@@ -66,13 +66,7 @@ def export_rosbag(store_path: str | Path, out: str | Path) -> dict:
     """The store at ``store_path`` as a rosbag2 folder ``out`` (MCAP storage), written aside and
     renamed into place whole. Returns a summary."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RosbagError(f"{out} exists and is not an empty folder: export into a new one")
-    store = EpisodeStore.open(store_path)
-    if not len(store):
-        raise RosbagError(f"{store_path} holds no episodes: nothing to export")
-    if out.exists():
-        out.rmdir()
+    store = store_to_export(store_path, out, RosbagError)
     # the bag is written as <staging>/<name> (its file is <name>.mcap), then moved into place
     # whole; the staging folder goes either way
     staging = out.parent / f".{out.name}.staging-{os.getpid()}"
@@ -226,14 +220,7 @@ SUPPORTED = {"camera": ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImag
 
 
 def read_bag_map(path: str | Path) -> BagMap:
-    data = read_yaml_file(path, RosbagError, "map")
-    if not isinstance(data, dict):
-        raise RosbagError(f"map {path}: expected a mapping (rate, cameras, pose, ...)")
-    fields = {f.name for f in dataclasses.fields(BagMap)}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        raise RosbagError(f"map {path}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(fields))})")
-    return BagMap(**data)
+    return BagMap(**read_map_file(path, BagMap, RosbagError))
 
 
 def is_own_bag(topics: dict[str, str]) -> bool:

@@ -467,3 +467,18 @@ def _damaged(file: Path, what: str, store: Path | None = None) -> str:
     episodes they hold), a backup for metadata (without it nothing of the array can be read)."""
     way_on = f"`robot-rl data check {store}` lists what it affects" if store else "restore this file from a backup"
     return f"{file}: {what}; the store is damaged: {way_on}"
+
+
+def store_to_export(store_path, out: Path, error) -> "EpisodeStore":
+    """The store an export reads, once its target ``out`` is known to be new or an empty folder
+    (then removed, for the export to rename its output into place); ``error``: the format's
+    error type, for one line naming the path."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise error(f"{out} exists and is not an empty folder: export into a new one")
+    store = EpisodeStore.open(store_path)
+    if not len(store):
+        raise error(f"{store_path} holds no episodes: nothing to export")
+    if out.exists():
+        out.rmdir()
+    return store
+
