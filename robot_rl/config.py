@@ -402,6 +402,8 @@ DERIVED_KEYS = ("demo_source",)
 def demo_source(cfg) -> str:
     """Where a run's demonstrations come from, in words (``config.json``'s ``demo_source``)."""
     if getattr(cfg, "demo_store", None):
+        if (Path(cfg.demo_store) / "meta" / "info.json").is_file():
+            return f"LeRobotDataset {cfg.demo_store} (imported for the run)"
         return f"episode store {cfg.demo_store}"
     if getattr(cfg, "demos", 0):
         return f"{cfg.demos} scripted expert demonstrations (action noise {cfg.demo_noise}), recorded at the start"
