@@ -61,6 +61,7 @@ def open_store(cfg: RecorderNodeConfig, task=None):
 
 class RecorderNode(Node):
     def __init__(self, **node_kwargs):
+        self.bag = None  # before anything that may fail: destroy_node reads it
         super().__init__("recorder", **node_kwargs)
         self.cfg, task = apply_task_file(declare_config(self, RecorderNodeConfig))
         self.store = open_store(self.cfg, task)
@@ -68,7 +69,6 @@ class RecorderNode(Node):
         self.handled: dict[str, int] = {}  # sender -> the last episode (seq) committed or refused
         self.pub_status = self.create_publisher(String, topics.RECORDER_STATUS, topics.qos_latched())
         self.create_subscription(UInt8MultiArray, topics.EPISODES, self.on_episode, topics.qos_data(100))
-        self.bag = None
         if self.cfg.rosbag:  # a session opens in Foxglove as it is recorded (data/rosbag.py); a new bag per start
             from robot_rl.data.rosbag import BagWriter
 
@@ -110,7 +110,7 @@ class RecorderNode(Node):
         self.publish_status()
 
     def destroy_node(self):
-        if self.bag is not None:  # the bag's metadata.yaml is written on close
+        if getattr(self, "bag", None) is not None:  # the bag's metadata.yaml is written on close
             self.bag.close()
             self.bag = None
         return super().destroy_node()
