@@ -155,9 +155,6 @@ class SACAgent(nn.Module):
         self.alpha_opt = adam([self.log_alpha], c.temperature_lr)
         self.grasp_opt = adam(self.grasp.parameters(), c.critic_lr) if self.grasp is not None else None
         self.num_updates = 0
-        # the update's randomness (augmentation shifts, the policy's samples, REDQ's subsets) comes
-        # from a generator of its own, seeded from torch's as the networks' initial weights are
-        self.update_noise = torch.Generator(device=self.device).manual_seed(int(torch.randint(0, 2**31 - 1, (1,))))
         self.seed_acting(int(torch.randint(0, 2**31 - 1, (1,))))
 
     def seed_acting(self, seed: int) -> None:
@@ -216,14 +213,12 @@ class SACAgent(nn.Module):
         return torch.as_tensor(x).to(self.device, dtype=dtype, non_blocking=True)
 
     def _obs(self, obs: dict, augment: bool) -> dict[str, torch.Tensor]:
-        """A batch of observations on the device; ``augment``: each camera randomly shifted
-        (the update's generator)."""
         out = {"state": self._to_device(obs["state"], torch.float32)}
         # uint8 images (the encoder scales them) or cached float16 feature maps, shifted on the device
         pad = self.config.feature_augment_pad if self.frozen is not None else self.config.augment_pad
         for cam in self.config.cameras:
             x = self._to_device(obs[cam])
-            out[cam] = random_shift(x, pad, self.update_noise) if augment and pad else x
+            out[cam] = random_shift(x, pad) if augment and pad else x
         return out
 
     def _batch(self, batch: dict) -> Batch:
@@ -326,8 +321,8 @@ class SACAgent(nn.Module):
         (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``)."""
         c = self.config
         with torch.no_grad(), self._autocast():
-            next_action, next_log_prob, _ = self.policy(next_feat, next_base_feat, self.update_noise)
-            subset = torch.randperm(c.num_critics, generator=self.update_noise, device=self.device)[: c.num_target_critics]
+            next_action, next_log_prob, _ = self.policy(next_feat, next_base_feat)
+            subset = torch.randperm(c.num_critics)[: c.num_target_critics]
             target_q = self.target_critic(next_target_feat, next_action, members=subset).min(0).values.float()
             if c.backup_entropy:
                 target_q = target_q - self.alpha * next_log_prob.float()
@@ -381,7 +376,7 @@ class SACAgent(nn.Module):
         weighting never changes from batch to batch. Returns (loss, log pi, metrics)."""
         c = self.config
         with self._autocast():
-            action, log_prob, mean = self.policy(feat, base_feat, self.update_noise)
+            action, log_prob, mean = self.policy(feat, base_feat)
             with weights_without_grad(self.critic):
                 q = self.critic(feat, action).float().mean(0)
         log_prob, mean = log_prob.float(), mean.float()
@@ -434,7 +429,7 @@ class SACAgent(nn.Module):
                 feat = self.base_encoder(b.obs) if self.base_encoder is not None else self.encoder(b.obs).detach()
                 mean, opt = torch.tanh(self.base(feat)), self.base_opt
             else:
-                mean, opt = self.actor.sample(self.encoder(b.obs).detach(), self.update_noise)[2], self.actor_opt
+                mean, opt = self.actor.sample(self.encoder(b.obs).detach())[2], self.actor_opt
         loss = ((mean.float() - b.action[:, : c.motion_dim]) ** 2).sum(-1).mean()
         _step(opt, loss)
         return loss.detach()

@@ -36,7 +36,6 @@ from robot_rl.errors import DiskFullError, UserFacingError, is_disk_full
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 
 OPTIMIZERS = ("critic_opt", "actor_opt", "base_opt", "alpha_opt", "grasp_opt")
-UPDATE_NOISE = "rng.update_noise"  # absent from checkpoints written before 2026-11-26: a fresh generator
 MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
 
@@ -46,10 +45,8 @@ class CheckpointError(UserFacingError):
 
 
 def agent_tensors(agent: SACAgent) -> dict[str, torch.Tensor]:
-    """Every module weight plus the Adam moments and the update generator's state, flat, for
-    safetensors."""
+    """Every module weight plus the Adam moments, flat, for safetensors."""
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in agent.state_dict().items()}
-    tensors[UPDATE_NOISE] = agent.update_noise.get_state()
     for name in OPTIMIZERS:
         opt = getattr(agent, name)
         if opt is None:
@@ -214,11 +211,6 @@ def load_agent(path: Path, with_optimizers: bool = True, device: str = "cpu", co
         agent = SACAgent(config)
         agent.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         agent.num_updates = int(meta.get("num_updates", 0))
-        saved_noise = tensors.get(UPDATE_NOISE)
-        # a resumed run draws the update's randomness where it left off; a generator of another
-        # device type (a GPU run's checkpoint loaded on the CPU) has another state: a fresh one
-        if saved_noise is not None and saved_noise.numel() == agent.update_noise.get_state().numel():
-            agent.update_noise.set_state(saved_noise)
         if with_optimizers:
             for name in OPTIMIZERS:
                 opt = getattr(agent, name)
