@@ -3,6 +3,7 @@ learner, recorder (pixel policy, 32x32 frames). Transitions reach the learner, w
 the actor, episodes reach the store; the learner is killed and restarted mid-run without losing
 a completed episode while the actor keeps acting with the weights it has."""
 
+import contextlib
 import json
 import signal
 
@@ -21,6 +22,14 @@ pytestmark = pytest.mark.ros
 
 SIZE = 32
 PIXELS = {"task": "PickCube", "obs": "pixels", "cameras": "[front]", "image_size": f"[{SIZE},{SIZE}]"}
+
+
+@contextlib.contextmanager
+def first(action):
+    """``action()`` where this stands in a ``with`` chain: after the contexts before it are entered,
+    before the ones after it."""
+    action()
+    yield
 
 
 def latest(messages) -> dict:
@@ -46,7 +55,10 @@ def test_sim_stack_trains_and_survives_a_learner_restart(tmp_path):
                          tmp_path, "camera_front") as camera, \
             node_process("robot_rl.drivers.recorder_node", {**{k: PIXELS[k] for k in ("task", "cameras", "image_size")},
                                                             "path": str(online)}, domain, tmp_path) as recorder, \
-            node_process("robot_rl.drivers.learner_node", learner_params, domain, tmp_path) as learner, \
+            first(lambda: probe.spin_until(lambda: bool(recorder_status), 120,  # the recorder's store made: the
+                                           "the recorder's first status")), \
+            node_process("robot_rl.drivers.learner_node", learner_params,  # learner reloads what it finds at start
+                         domain, tmp_path) as learner, \
             node_process("robot_rl.drivers.actor_node", {**PIXELS, "max_episode_steps": 15, "demo_store": str(demos)}, domain, tmp_path) as actor:
         try:
             # the learner pre-trains on the demos, publishes weights (latched), the actor acts,
