@@ -327,8 +327,8 @@ def import_lerobot(folder: str | Path, out: str | Path, mapping: DatasetMap | st
     _check_map(mapping, features, folder)
     if out.exists():
         raise StoreError(f"{out} already exists; choose a new path")
-    table = _read_data(folder, info, pq)
-    episodes = _read_episodes(folder, pq)
+    table = _read_data(folder, info)
+    episodes = _read_episodes(folder)
     fps = float(info["fps"])
     tasks = pq.read_table(folder / TASKS_PATH).column("task").to_pylist() if (folder / TASKS_PATH).is_file() else []
     task = mapping.task or (tasks[0] if tasks else "unknown")
@@ -383,8 +383,9 @@ def _check_map(mapping: DatasetMap, features: dict, folder: Path) -> None:
                            "end-effector delta [dx dy dz droll dpitch dyaw gripper] cannot be imported")
 
 
-def _read_data(folder: Path, info: dict, pq):
+def _read_data(folder: Path, info: dict):
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     files = sorted((folder / "data").glob("chunk-*/file-*.parquet"))
     if not files:
@@ -398,7 +399,9 @@ def _read_data(folder: Path, info: dict, pq):
     return table
 
 
-def _read_episodes(folder: Path, pq) -> list[dict]:
+def _read_episodes(folder: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
     files = sorted((folder / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files:
         raise LeRobotError(f"{folder / 'meta/episodes'}: no episode index (meta/episodes/chunk-XXX/file-XXX.parquet)")

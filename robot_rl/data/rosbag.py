@@ -360,7 +360,7 @@ def _import_mapped(reader, ts, bag: Path, out: Path, topics: dict[str, str], m: 
                               f"from (use {' or '.join(SUPPORTED[role])})")
     msgs = _read_topics(reader, ts, bag, {t: what for t, (_, what) in roles.items()})
     period = int(round(1e9 / m.rate))
-    spans = _episode_spans(msgs, m, bag, period)
+    spans = _episode_spans(msgs, m)
     shapes = {cam: _pixels(msgs[t][0][1], bag, t).shape[:2] for cam, t in m.cameras.items()}
     fields = {"state": ((STATE_DIM,), np.dtype(np.float32)), "action": ((ACTION_DIM,), np.dtype(np.float32)),
               **{cam: ((*shape, 3), np.dtype(np.uint8)) for cam, shape in shapes.items()}}
@@ -425,7 +425,7 @@ def _wxyz(q) -> list[float]:
     return list(quat if quat[0] >= 0 else -quat)
 
 
-def _episode_spans(msgs: dict, m: BagMap, bag: Path, period: int) -> list[tuple[int, int]]:
+def _episode_spans(msgs: dict, m: BagMap) -> list[tuple[int, int]]:
     """[(start, end)] in bag time: from an episode topic (String JSON start/end events, or a Bool
     that is true while recording), else split where the pose stream pauses longer than gap_s."""
     if "topic" in m.episodes:
