@@ -90,10 +90,16 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
 
     spec = obs_spec(env.observation_space)
     residual = cfg.residual and cfg.has_demos
+    task = env.unwrapped.task
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
-                grasp_critic=env.unwrapped.task.uses_gripper,
+                action_dim=env.action_space.shape[0], grasp_critic=task.uses_gripper,
                 residual_scale=cfg.residual_scale if residual else 0.0,
                 residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
+    if getattr(task, "foreign", False):  # a mapped env: where its state says the gripper is open, if it says so
+        if task.gripper_open_index is None:
+            base.update(grasp_penalty=0.0)
+        else:
+            base.update(gripper_width_index=task.gripper_open_index, gripper_open_threshold=0.5)
     frozen = check_frozen_encoder(cfg)
     if frozen is not None:  # a head over the frozen backbone's cached features
         base.update(image_encoder="frozen", frozen_encoder=frozen, frozen_encoder_path=str(cfg.frozen_encoder))

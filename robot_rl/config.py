@@ -128,9 +128,44 @@ class RewardConfig:
                                             metavar="DIR")
 
 
+@dataclass
+class EnvConfig:
+    """A Gymnasium env of your own instead of the sim twin (robot_rl/foreign/, README "Your own env")."""
+
+    env: str | None = setting(None, "a Gymnasium env id to use instead of the sim twin (package:Id imports the "
+                                    "package first; namespace/Id imports the namespace's package)", metavar="ID")
+    env_kwargs: tuple[str, ...] = setting((), "gym.make keywords, KEY=VALUE (values read as YAML: true, 0.5)",
+                                          metavar="KEY=VALUE")
+    env_map: str | None = setting(None, "a YAML map of the env's observation keys (state, cameras), its action "
+                                        "dimensions (motion, scale, the gripper) and its success (default: every "
+                                        "Box key is state, every H x W x 3 uint8 key a camera, every dimension "
+                                        "motion)", metavar="FILE.yaml")
+    env_python: str | None = setting(None, "run the env in a worker process of this Python interpreter (one with "
+                                           "gymnasium, numpy and the env's package: e.g. .venv-gym-hil/bin/python "
+                                           "from scripts/setup_gym_hil.sh)", metavar="PYTHON")
+    env_expert: str | None = setting(None, "a scripted policy, module:function or file.py:function, observation -> "
+                                           "the env's action (or (observation, env)), run in the env's interpreter: "
+                                           "it records --demos N", metavar="MODULE:FUNCTION")
+
+    def validate_env(self) -> None:
+        if self.env is None:
+            extra = [f for f in ("env_map", "env_python", "env_expert") if getattr(self, f)] + \
+                (["env_kwargs"] if self.env_kwargs else [])
+            if extra:
+                raise InputError(f"--{extra[0].replace('_', '-')} is for a Gymnasium env: give --env ID too")
+            return
+        if self.env_map is not None and not Path(self.env_map).is_file():
+            raise MissingFileError(f"env map {self.env_map}: no such file")
+
+
+def task_name(cfg) -> str:
+    """What a run, store or summary names its task: the Gymnasium env's id, else the twin's task."""
+    return cfg.env if getattr(cfg, "env", None) else cfg.task
+
+
 # ------------------------------------------------------------------ robot-rl train
 @dataclass
-class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
+class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
     backend: str = setting("mujoco", "the simulator")
@@ -166,6 +201,15 @@ class TrainConfig(RewardConfig, LearningConfig, PolicyConfig, CellConfig):
         return bool(self.demo_store) or self.demos > 0
 
     def validate(self) -> None:
+        self.validate_env()
+        if self.env is not None:
+            if self.human_eagerness > 0:
+                raise InputError("--simulated-human needs the twin's scripted expert, which judges the task's progress; "
+                                 f"--env {self.env} has none: correct the policy with a teleop device or the console "
+                                 "instead")
+            if self.demos > 0 and not self.demo_store and not self.env_expert:
+                raise InputError(f"--demos {self.demos} records scripted demonstrations: --env {self.env} needs "
+                                 "--env-expert MODULE:FUNCTION for them (or --demos STORE, or --demos 0)")
         if self.learner not in ("process", "inline"):
             raise InputError(f"learner must be 'process' or 'inline', got {self.learner!r}")
         for name in ("env_steps", "batch_size", "eval_every", "eval_episodes", "final_eval_episodes",
@@ -209,7 +253,7 @@ DEVICE_HELP = "auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda
 
 
 @dataclass
-class RecordConfig:
+class RecordConfig(EnvConfig):
     """``robot-rl record``: the scripted expert's (or a checkpoint's) episodes into a store."""
 
     task: str = setting("PickCube", "the sim task (robot-rl sim tasks lists them)")
@@ -239,6 +283,7 @@ class RecordConfig:
     seed: int = setting(0, "random seed (episode i resets with seed + i)")
 
     def validate(self) -> None:
+        self.validate_env()
         if self.episodes < 1:
             raise InputError("episodes must be >= 1")
         if (self.hold_after_success or self.hold_after_failure) and self.continue_after_success:
@@ -251,7 +296,7 @@ class RecordConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(EnvConfig):
     """``robot-rl eval``: a checkpoint's policy on the sim twin, by ground truth."""
 
     episodes: int = setting(50, "episodes")
@@ -266,6 +311,8 @@ class EvalConfig:
     device: str = setting("auto", f"the torch device the policy acts on: {DEVICE_HELP}")
 
     def validate(self) -> None:
+        if self.env_map is not None and not Path(self.env_map).is_file():
+            raise MissingFileError(f"env map {self.env_map}: no such file")
         if self.episodes < 1:
             raise InputError("--episodes must be at least 1")
         if not 0.0 <= self.human_eagerness <= 1.0:

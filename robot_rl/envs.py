@@ -31,7 +31,7 @@ class FlatObservation(gym.ObservationWrapper):
         spaces = env.observation_space.spaces
         state_dim = spaces["state"].shape[0]
         self.privileged_keys = sorted(spaces["privileged"].spaces) if mode == "state" and "privileged" in spaces else []
-        if mode == "state":
+        if mode == "state" and not getattr(env.unwrapped, "full_state", False):  # a mapped env's state is whole
             if not self.privileged_keys:
                 raise InputError("obs='state' needs the sim's privileged object poses")
             state_dim += sum(spaces["privileged"][k].shape[0] + 3 for k in self.privileged_keys)

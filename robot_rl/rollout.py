@@ -11,14 +11,18 @@ from robot_rl.runtime.progress import ProgressLines
 
 
 def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int, add: Callable, seed: int = 10_000,
-                  noise: float = 0.1, successful_only: bool = True, max_tries: int | None = None) -> dict:
+                  noise: float = 0.1, successful_only: bool = True, max_tries: int | None = None,
+                  expert=None) -> dict:
     """Run the scripted expert (the stand-in for a human demonstrator) on ``env`` (contract
     observations: the expert reads the sim's object poses) and hand every transition, observed
     through ``observe``, to ``add(obs, action, reward, next_obs, terminated, truncated)``.
-    Failed attempts are discarded when ``successful_only`` (a human keeps the good takes)."""
-    from robot_rl.sim.experts import make_expert
+    Failed attempts are discarded when ``successful_only`` (a human keeps the good takes).
+    ``expert``: another demonstrator (raw observation -> action, with ``reset``: a Gymnasium
+    env's scripted policy) instead of the twin's expert for ``task``."""
+    if expert is None:
+        from robot_rl.sim.experts import make_expert
 
-    expert = make_expert(task, noise=noise, seed=seed)
+        expert = make_expert(task, noise=noise, seed=seed)
     kept, tries, steps = 0, 0, 0
     max_tries = max_tries or 3 * episodes + 10
     while kept < episodes and tries < max_tries:
@@ -40,7 +44,9 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
         kept += 1
         steps += len(episode)
     if kept < episodes:
-        raise RuntimeError(f"the scripted expert succeeded in only {kept} of {tries} tries")
+        from robot_rl.errors import TrainingError
+
+        raise TrainingError(f"the scripted demonstrator succeeded in only {kept} of {tries} tries")
     return {"episodes": kept, "tries": tries, "steps": steps}
 
 

@@ -23,7 +23,7 @@ import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.agent_setup import agent_config_for, check_train_config
-from robot_rl.config import TrainConfig, demo_source
+from robot_rl.config import TrainConfig, demo_source, task_name
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import TrainingError
@@ -45,7 +45,7 @@ class TrainingInterrupted(TrainingError):
 
 # fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
 # (not frozen_encoder, a folder that may move: the learner checks that it holds the run's encoder by its sha)
-FIXED_ON_RESUME = ("task", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
+FIXED_ON_RESUME = ("task", "env", "env_kwargs", "env_map", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
                    "residual", "residual_scale", "residual_penalty", "replay_capacity", "demo_capacity",
                    "demo_fraction")
 
@@ -106,7 +106,8 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     if cfg.run_dir:
         return Path(cfg.run_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"train-{cfg.task.lower()}-{cfg.obs}-{stamp}"
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in task_name(cfg).split(":")[-1]).lower()
+    return Path("runs") / f"train-{name}-{cfg.obs}-{stamp}"
 
 
 def _print(message: str) -> None:
@@ -181,7 +182,7 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
             cfg, changed = resumed_config(saved_cfg, overrides or {}, ckpt)
             for key, (old, new) in changed.items():
                 log(f"resume: {key} = {new!r} as given (the run's own: {old!r})")
-        for key in ("task", "obs", "backend", "image_size", "cameras"):
+        for key in ("task", "env", "obs", "backend", "image_size", "cameras"):
             if key in saved_cfg and json.dumps(saved_cfg[key]) != json.dumps(dataclasses.asdict(cfg)[key]):
                 raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={saved_cfg[key]!r}, not {getattr(cfg, key)!r}")
         actor_state.update({k: saved[k] for k in actor_state if k in saved})
@@ -216,9 +217,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
-    cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
+    cell, eval_env = make_run_envs(cfg)
     env = FlatObservation(cell, cfg.obs, cfg.cameras)  # what the policy sees; the (simulated) human sees the cell
-    eval_env = make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)  # graded by ground truth
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
     if resume_from:
@@ -241,6 +241,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     def evaluation(step: int, episodes: int) -> None:
         result = evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000,
                           log=log if cfg.progress else None)
+        source = getattr(eval_env.unwrapped, "success_source", None)
+        if source and actor_state.get("success_source") != source:  # a Gymnasium env: what said success
+            actor_state["success_source"] = source
+            log(f"evaluation: success is the env's {source}")
         record_eval(actor_state, result, step,
                     logger, log)
 
@@ -299,6 +303,23 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         eval_env.close()
 
 
+def make_run_envs(cfg: TrainConfig):
+    """The run's cell (what the actor steps: the twin's task, or the Gymnasium env ``cfg.env``
+    through its map) and the evaluation env (by the task's own success, never the classifier's)."""
+    if cfg.env:
+        from robot_rl.foreign.env import make_foreign_env
+
+        cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
+        cell = make_foreign_env(cfg, cameras, cfg.image_size, cfg.reward_classifier)
+        try:
+            return cell, FlatObservation(make_foreign_env(cfg, cameras, cfg.image_size), cfg.obs, cfg.cameras)
+        except BaseException:
+            cell.close()
+            raise
+    cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
+    return cell, make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
+
+
 def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
     """With ``record_episodes``: every training episode into ``<run>/online.zarr`` (a resumed run
     appends to it), stamped in control periods."""
@@ -312,7 +333,8 @@ def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
         store = EpisodeStore.open(path, mode="a")
     else:
         fields, cams = store_fields(cell.observation_space, cell.action_space.shape[0])
-        store = EpisodeStore.create(path, fields, task=cfg.task, robot="panda", control_hz=cell.unwrapped.limits.control_hz,
+        store = EpisodeStore.create(path, fields, task=task_name(cfg), robot="panda" if not cfg.env else cfg.env,
+                                    control_hz=cell.unwrapped.limits.control_hz,
                                     cameras=cams, backend=cfg.backend, source="training",
                                     human_eagerness=cfg.human_eagerness, seed=cfg.seed)
     ticks = itertools.count()
@@ -328,12 +350,17 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
     if cfg.demo_store:
         from robot_rl.data.demos import load_demos
 
-        info = load_demos(cfg.demo_store, env, cfg.task, send_demo, cfg.demo_map)
+        info = load_demos(cfg.demo_store, env, task_name(cfg), send_demo, cfg.demo_map)
         actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
         log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
     elif cfg.demos:
+        expert = None
+        if cfg.env:
+            from robot_rl.foreign.env import ScriptedExpert
+
+            expert = ScriptedExpert(cell)
         info = collect_demos(cell, env.observation, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed,
-                             noise=cfg.demo_noise)
+                             noise=cfg.demo_noise, expert=expert)
         actor_state["demo_steps"] = info["steps"]
         log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
 
@@ -430,11 +457,13 @@ def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None
     log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
 
 
-def final_figure(evaluation: dict) -> dict:
-    """The run's final success figure as every file states it: rate, episodes, seeds, env step."""
+def final_figure(evaluation: dict, success_source: str | None = None) -> dict:
+    """The run's final success figure as every file states it: rate, episodes, seeds, env step;
+    graded by the sim's ground truth or, on a Gymnasium env, by its ``success_source``."""
+    graded = f"the env's {success_source}" if success_source else "sim ground truth"
     return {"success_rate": evaluation["success_rate"], "episodes": evaluation["episodes"],
             "seed_range": evaluation.get("seed_range"), "env_steps": evaluation["env_steps"],
-            "graded_by": "sim ground truth, deterministic policy"}
+            "graded_by": f"{graded}, deterministic policy"}
 
 
 def steps_to(evals: list[dict], threshold: float) -> int | None:
@@ -480,12 +509,13 @@ def make_summary(cfg: TrainConfig, actor_state: dict, learner: LearnerClient, ru
     rounds = actor_state["rounds"]
     human = any(r["human_eagerness"] > 0 for r in rounds) or bool(actor_state["human_stretches"])
     return {
-        "task": cfg.task, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
+        "task": task_name(cfg), "env": cfg.env, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
         "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
         "updates": learner.status.get("updates", 0),
         "demo_source": demo_source(cfg),
         # the run's one final figure: its last evaluation (ground truth), with its episodes and seeds
-        "final": final_figure(evals[-1]) if evals else None,
+        "final": final_figure(evals[-1], actor_state.get("success_source")) if evals else None,
+        "success_source": actor_state.get("success_source", "sim ground truth"),
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),

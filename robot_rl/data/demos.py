@@ -24,6 +24,10 @@ def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
     missing = [k for k in env.privileged_keys if PRIVILEGED_PREFIX + k not in store.fields]
     if missing:
         raise StoreError(f"{store.path} lacks the object poses {missing} that obs='state' needs; use obs='pixels'")
+    state = tuple(env.observation_space["state"].shape)
+    if getattr(env.unwrapped, "full_state", False) and tuple(store.fields["state"][0]) != state:
+        raise StoreError(f"{store.path} holds states of shape {tuple(store.fields['state'][0])}, the env's map makes "
+                         f"{state}")
     action_dim = env.action_space.shape[0]
     if store.fields["action"][0] != (action_dim,):
         raise StoreError(f"{store.path} holds actions of shape {store.fields['action'][0]}, the env takes ({action_dim},)")

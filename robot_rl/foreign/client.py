@@ -1,0 +1,184 @@
+"""A foreign Gymnasium env behind one small interface, in this process (``LocalEnv``) or in a
+worker process of another Python interpreter (``WorkerEnv``, ``robot-rl train --env-python``).
+
+Both give flattened observations (``{"a/b": array}``, ``worker.flatten_obs``), the info's plain
+values (``worker.json_info``) and the spaces as ``worker.describe_space`` describes them, so a
+map checked against one holds for the other, and one seed gives the same episode either way.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from robot_rl.errors import InputError, TrainingError
+from robot_rl.foreign import worker
+from robot_rl.foreign.worker import describe_space, flatten_obs, json_info, read_frame, write_frame
+
+WORKER = Path(worker.__file__)
+STDERR_LINES = 20  # kept from a worker's stderr, for the error when it dies
+
+
+class EnvWorkerError(TrainingError):
+    """The env's worker process died or failed a request."""
+
+
+def _start_error(env_id: str, expert: str | None, stage: str, kind: str, message: str) -> InputError:
+    """A foreign env that cannot be made (``stage`` make) or its scripted policy that cannot be
+    loaded (``expert``), as one line."""
+    text = f"{kind}: {message}"
+    if stage == "expert":
+        return InputError(f"--env-expert {expert}: {text}")
+    if kind in ("NameNotFound", "NamespaceNotFound", "VersionNotFound", "UnregisteredEnv"):
+        return InputError(f"--env {env_id}: unknown Gymnasium env id ({message}); an id a package registers on "
+                          f"import can be given as package:{env_id.split(':')[-1]}")
+    return InputError(f"--env {env_id}: gym.make failed: {text}")
+
+
+class LocalEnv:
+    """The env made in this process."""
+
+    def __init__(self, env_id: str, kwargs: dict, expert: str | None = None):
+        self.env_id = env_id
+        stage = "make"
+        try:
+            self.env = worker.make_env(env_id, dict(kwargs))
+            stage = "expert"
+            self.expert = worker.load_function(expert) if expert else None
+        except Exception as exc:  # noqa: BLE001 - a foreign env's own errors, as one line
+            raise _start_error(env_id, expert, stage, type(exc).__name__, (str(exc).splitlines() or [""])[0]) from None
+        self.observation_space = describe_space(self.env.observation_space)
+        self.action_space = describe_space(self.env.action_space)
+        self.max_episode_steps = self.env.spec.max_episode_steps if self.env.spec is not None else None
+        self.control_hz = worker.control_hz(self.env)
+        self.where = "in process"
+        self._last = None
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            worker.seed_globals(int(seed))
+        self._last, info = self.env.reset(seed=seed)
+        if self.expert is not None and hasattr(self.expert, "reset"):
+            self.expert.reset()
+        return flatten_obs(self._last), json_info(info)
+
+    def step(self, action: np.ndarray):
+        self._last, reward, terminated, truncated, info = self.env.step(action)
+        return flatten_obs(self._last), float(reward), bool(terminated), bool(truncated), json_info(info)
+
+    def expert_action(self) -> np.ndarray:
+        return worker.call_policy(self.expert, self._last, self.env)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class WorkerEnv:
+    """The env in a worker process of ``python`` (``worker.py`` run as a script), over its stdin and
+    stdout in ``worker``'s frames. Its death is one ``EnvWorkerError`` naming the env and the last
+    lines of its stderr: a read of a dead process's stdout ends at once, so nothing waits."""
+
+    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None):
+        self.env_id, self.python = env_id, python
+        if not Path(python).is_file() or not os.access(python, os.X_OK):
+            raise InputError(f"--env-python {python}: not an executable file")
+        env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
+        try:
+            self.proc = subprocess.Popen([python, str(WORKER), env_id, json.dumps(kwargs), expert or ""],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        except OSError as exc:
+            raise InputError(f"--env-python {python}: does not start ({exc.strerror or exc})") from None
+        self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._stderr_done = threading.Event()
+        threading.Thread(target=self._drain_stderr, daemon=True, name="env-worker-stderr").start()
+        self.where = f"in a worker process of {python}"
+        try:
+            hello = self._reply("start")
+        except EnvWorkerError as exc:
+            self.close()
+            missing = [name for name in ("gymnasium", "numpy") if f"No module named '{name}'" in str(exc)]
+            if missing:
+                raise InputError(f"--env-python {python} lacks {missing[0]} (its env worker needs gymnasium and "
+                                 "numpy, and the env's own package)") from None
+            raise InputError(f"--env-python {python}: the env worker did not start: {exc}") from None
+        if not hello.get("ok"):
+            self.close()
+            raise _start_error(env_id, expert, hello.get("stage", "make"), hello.get("error_type", "Error"),
+                               hello.get("error", ""))
+        self.observation_space, self.action_space = hello["observation_space"], hello["action_space"]
+        self.max_episode_steps, self.control_hz = hello.get("max_episode_steps"), hello.get("control_hz")
+        self.versions = {k: hello.get(k) for k in ("python", "gymnasium", "numpy")}
+
+    def _drain_stderr(self) -> None:
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(raw.decode(errors="replace").rstrip())
+        self._stderr_done.set()
+
+    def _died(self, during: str) -> EnvWorkerError:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # its stdout closed but it lives on: stop it
+            self.proc.kill()
+            code = self.proc.wait()
+        self._stderr_done.wait(timeout=10)  # the pipe ends with the process
+        tail = [line for line in self.stderr if line.strip()][-3:]
+        said = " | ".join(tail) if tail else "nothing on stderr"
+        return EnvWorkerError(f"env {self.env_id}: its worker process ({self.python}) died during {during} "
+                              f"(exit code {code}); its stderr ended: {said}")
+
+    def _reply(self, during: str) -> dict:
+        try:
+            header, arrays = read_frame(self.proc.stdout)
+        except (EOFError, OSError, ValueError):
+            raise self._died(during) from None
+        header["arrays"] = arrays
+        return header
+
+    def _request(self, op: str, arrays: dict | None = None, **fields) -> dict:
+        try:
+            write_frame(self.proc.stdin, {"op": op, **fields}, arrays)
+        except (BrokenPipeError, OSError, ValueError):
+            raise self._died(op) from None
+        reply = self._reply(op)
+        if not reply.get("ok"):
+            raise EnvWorkerError(f"env {self.env_id} failed {op} in its worker: {reply.get('error')}")
+        return reply
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        reply = self._request("reset", seed=seed)
+        return reply["arrays"], reply["info"]
+
+    def step(self, action: np.ndarray):
+        reply = self._request("step", {"action": np.asarray(action)})
+        return reply["arrays"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
+
+    def expert_action(self) -> np.ndarray:
+        return self._request("expert")["arrays"]["action"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                write_frame(self.proc.stdin, {"op": "close"})
+                self.proc.wait(timeout=10)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None):
+    """The env in this process (``python`` None, or this interpreter) or in a worker of ``python``."""
+    if python is None:
+        return LocalEnv(env_id, kwargs, expert)
+    return WorkerEnv(python, env_id, kwargs, expert)
+

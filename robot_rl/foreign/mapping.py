@@ -1,0 +1,291 @@
+"""How a foreign Gymnasium env's observations and actions map onto the learner's (``EnvMap``).
+
+A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optional::
+
+    kwargs: {random_block_position: true}   # gym.make keywords (--env-kwargs KEY=VALUE adds to them)
+    state: [agent_pos, environment_state]   # observation keys, concatenated into the state vector
+    cameras: {front: pixels/front, wrist: pixels/wrist}   # camera name: observation key (H x W x 3 uint8)
+    action:
+      motion: [0, 1, 2]      # the env's action dimensions the policy drives, in this order
+      scale: 0.025           # env value = policy value (in [-1, 1]) x scale; one number or one per dimension
+                             # (default: the Box's bounds, [-1, 1] onto [low, high])
+      fixed: {3: 0.0}        # the other dimensions' value (default 0, clipped into the bounds)
+    gripper:                 # an action dimension driven by the discrete grasp head
+      index: 6
+      close: 1.0             # the env's value for close, stay and open
+      stay: 0.0
+      open: -1.0
+      open_state: {key: agent_pos, index: 14, below: 127.5}   # optional: when the gripper counts as open
+    success: succeed         # the info key of success (default: is_success, success or succeed)
+    success_reward: 1.0      # without such a key: a step's reward at or above this is success
+
+Nested Dict observations are named ``outer/inner``; a Box observation is ``obs``. Without a map,
+the state is every non-image Box key, the cameras every H x W x 3 uint8 key, and every action
+dimension is motion. ``check`` tests a map against the env's spaces: each mismatch is one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from robot_rl.errors import InputError, MissingFileError
+
+SUCCESS_KEYS = ("is_success", "success", "succeed")
+MAP_KEYS = ("kwargs", "state", "cameras", "action", "gripper", "success", "success_reward")
+
+
+class EnvMapError(InputError):
+    """A map that does not fit the env (or a file that is not a map)."""
+
+
+@dataclass
+class Gripper:
+    index: int
+    close: float = 1.0
+    stay: float = 0.0
+    open: float = -1.0
+    open_state: dict | None = None  # {key, index, below | above}
+
+
+@dataclass
+class EnvMap:
+    source: str = "the default map"  # where it came from, for error messages
+    kwargs: dict = field(default_factory=dict)
+    state: list[str] | None = None
+    cameras: dict[str, str] | None = None
+    motion: list[int] | None = None
+    scale: list[float] | float | None = None
+    fixed: dict[int, float] = field(default_factory=dict)
+    gripper: Gripper | None = None
+    success: str | None = None
+    success_reward: float | None = None
+
+    def resolve(self, obs_space: dict, action_space: dict, env_id: str) -> "ResolvedMap":
+        """Checked against the env's spaces (``worker.describe_space`` descriptions)."""
+        where = f"env map ({self.source}) for {env_id}"
+        if action_space["type"] in ("Discrete", "MultiDiscrete", "MultiBinary"):
+            raise EnvMapError(f"{env_id} has a {action_space['type']} action space; robot-rl's SAC drives continuous "
+                              "(Box) actions")
+        if action_space["type"] != "Box" or len(action_space["shape"]) != 1:
+            raise EnvMapError(f"{env_id}'s action space is {action_space.get('repr', action_space['type'])} with shape "
+                              f"{action_space.get('shape')}; robot-rl needs a one-dimensional Box")
+        leaves = flat_leaves(obs_space)
+        bad = {k: v for k, v in leaves.items() if v["type"] != "Box"}
+        images = {k for k, v in leaves.items() if is_image(v)}
+        state = self.state if self.state is not None else [k for k in leaves if k not in images and k not in bad]
+        if not state:
+            raise EnvMapError(f"{where}: no state keys (its observation keys: {', '.join(leaves)})")
+        for key in state:
+            _known(key, leaves, where, "state")
+            if key in bad or leaves[key]["dtype"][1] not in "biuf":
+                raise EnvMapError(f"{where}: state key {key!r} is a {leaves[key]['type']}, not a numeric Box")
+        cameras = self.cameras if self.cameras is not None else {k.split("/")[-1]: k for k in sorted(images)}
+        for name, key in cameras.items():
+            _known(key, leaves, where, f"camera {name!r}")
+            if not is_image(leaves[key]):
+                raise EnvMapError(f"{where}: camera {name!r} reads {key!r}, which is {leaves[key].get('dtype')} "
+                                  f"{tuple(leaves[key].get('shape', ()))}, not H x W x 3 uint8")
+        dims = action_space["shape"][0]
+        low, high = _bounds(action_space, "low", dims), _bounds(action_space, "high", dims)
+        gripper = self.gripper
+        if gripper is not None:
+            if not -dims <= gripper.index < dims:
+                raise EnvMapError(f"{where}: gripper index {gripper.index} is out of range: the action has {dims} "
+                                  f"dimensions (0..{dims - 1})")
+            gripper = dataclasses.replace(gripper, index=gripper.index % dims)
+            if gripper.open_state is not None:
+                _check_open_state(gripper.open_state, leaves, where)
+        motion = self.motion if self.motion is not None else [i for i in range(dims) if gripper is None or i != gripper.index]
+        for i in list(motion) + list(self.fixed):
+            if not -dims <= int(i) < dims:
+                raise EnvMapError(f"{where}: action dimension {i} is out of range: the action has {dims} dimensions")
+        motion = [int(i) % dims for i in motion]
+        if gripper is not None and gripper.index in motion:
+            raise EnvMapError(f"{where}: action dimension {gripper.index} is both motion and the gripper")
+        if len(set(motion)) != len(motion):
+            raise EnvMapError(f"{where}: action.motion repeats a dimension: {motion}")
+        if self.scale is None:
+            if not (np.all(np.isfinite(low[motion])) and np.all(np.isfinite(high[motion]))):
+                raise EnvMapError(f"{where}: the action's bounds are infinite; give action.scale")
+            scale, offset = (high[motion] - low[motion]) / 2.0, (high[motion] + low[motion]) / 2.0
+        else:
+            scale = np.broadcast_to(np.asarray(self.scale, np.float64), (len(motion),)).copy() if np.ndim(self.scale) == 0 \
+                else np.asarray(self.scale, np.float64)
+            if scale.shape != (len(motion),):
+                raise EnvMapError(f"{where}: action.scale has {scale.size} numbers for {len(motion)} motion dimensions")
+            offset = np.zeros(len(motion))
+        base = np.clip(np.zeros(dims), np.nan_to_num(low, neginf=-1e30), np.nan_to_num(high, posinf=1e30))
+        for i, value in self.fixed.items():
+            base[int(i) % dims] = float(value)
+        return ResolvedMap(source=self.source, state=list(state), cameras=dict(cameras), motion=motion,
+                           scale=scale.astype(np.float64), offset=offset.astype(np.float64), base=base,
+                           low=low, high=high, gripper=gripper, success=self.success,
+                           success_reward=self.success_reward, state_sizes=[_size(leaves[k]) for k in state],
+                           camera_shapes={n: tuple(leaves[k]["shape"]) for n, k in cameras.items()})
+
+
+@dataclass
+class ResolvedMap:
+    """A map checked against one env: what ``MappedEnv`` applies at each step."""
+
+    source: str
+    state: list[str]
+    cameras: dict[str, str]
+    motion: list[int]
+    scale: np.ndarray
+    offset: np.ndarray
+    base: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    gripper: Gripper | None
+    success: str | None
+    success_reward: float | None
+    state_sizes: list[int]
+    camera_shapes: dict[str, tuple]
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.motion) + (self.gripper is not None)
+
+    @property
+    def state_dim(self) -> int:
+        return sum(self.state_sizes) + (self.gripper is not None and self.gripper.open_state is not None)
+
+    def to_env_action(self, action: np.ndarray) -> np.ndarray:
+        """The policy's action (float32[action_dim] in [-1, 1]; the gripper last) -> the env's."""
+        out = self.base.copy()
+        out[self.motion] = action[: len(self.motion)] * self.scale + self.offset
+        if self.gripper is not None:
+            g = self.gripper
+            out[g.index] = g.close if action[-1] > 0.5 else g.open if action[-1] < -0.5 else g.stay
+        return np.clip(out, self.low, self.high)
+
+    def to_policy_action(self, env_action: np.ndarray) -> np.ndarray:
+        """The env's action (a scripted policy's) -> the policy's: motion divided back, clipped to
+        [-1, 1]; the gripper's value to the nearest of close, stay and open."""
+        env_action = np.asarray(env_action, np.float64).ravel()
+        out = np.zeros(self.action_dim, np.float32)
+        out[: len(self.motion)] = np.clip((env_action[self.motion] - self.offset) / self.scale, -1, 1)
+        if self.gripper is not None:
+            g = self.gripper
+            values = np.array([g.close, g.stay, g.open])
+            out[-1] = (1.0, 0.0, -1.0)[int(np.argmin(np.abs(values - env_action[g.index])))]
+        return out
+
+    def gripper_open(self, obs: dict) -> float:
+        spec = self.gripper.open_state
+        value = float(np.asarray(obs[spec["key"]]).ravel()[int(spec.get("index", 0))])
+        return float(value < spec["below"]) if "below" in spec else float(value > spec["above"])
+
+    def state_of(self, obs: dict) -> np.ndarray:
+        parts = [np.asarray(obs[k], np.float32).ravel() for k in self.state]
+        if self.gripper is not None and self.gripper.open_state is not None:
+            parts.append(np.array([self.gripper_open(obs)], np.float32))
+        return np.concatenate(parts)
+
+    def success_of(self, info: dict, reward: float) -> tuple[bool, str]:
+        """(success, what said so): the map's info key, else the first of ``SUCCESS_KEYS`` the info
+        has, else the reward against ``success_reward``."""
+        keys = [self.success] if self.success else [k for k in SUCCESS_KEYS if k in info]
+        if keys and keys[0] in info:
+            return bool(info[keys[0]]), f"info[{keys[0]!r}]"
+        if self.success:
+            raise EnvMapError(f"env map ({self.source}): success key {self.success!r} is not in the env's info "
+                              f"(its keys: {', '.join(sorted(info)) or 'none'})")
+        threshold = 1.0 if self.success_reward is None else self.success_reward
+        return bool(reward >= threshold), f"reward >= {threshold:g}"
+
+
+def flat_leaves(space: dict, prefix: str = "") -> dict[str, dict]:
+    """A described observation space as ``{"a/b": leaf description}``; a lone Box is ``obs``."""
+    if space["type"] == "Dict":
+        out = {}
+        for key, sub in space["spaces"].items():
+            out.update(flat_leaves(sub, f"{prefix}{key}/"))
+        return out
+    return {prefix[:-1] if prefix else "obs": space}
+
+
+def is_image(leaf: dict) -> bool:
+    return (leaf["type"] == "Box" and len(leaf["shape"]) == 3 and leaf["shape"][2] == 3
+            and leaf["dtype"].endswith("u1"))
+
+
+def _size(leaf: dict) -> int:
+    return int(np.prod(leaf["shape"])) if leaf["shape"] else 1
+
+
+def _bounds(space: dict, which: str, dims: int) -> np.ndarray:
+    value = space[which]
+    return np.broadcast_to(np.asarray(value, np.float64), (dims,)).copy()
+
+
+def _known(key: str, leaves: dict, where: str, what: str) -> None:
+    if key not in leaves:
+        raise EnvMapError(f"{where}: {what} key {key!r} is not in the observation (its keys: {', '.join(leaves)})")
+
+
+def _check_open_state(spec, leaves: dict, where: str) -> None:
+    if not isinstance(spec, dict) or "key" not in spec or ("below" in spec) == ("above" in spec):
+        raise EnvMapError(f"{where}: gripper.open_state is {{key, index, below or above}}, got {spec!r}")
+    _known(spec["key"], leaves, where, "gripper.open_state")
+    if not 0 <= int(spec.get("index", 0)) < _size(leaves[spec["key"]]):
+        raise EnvMapError(f"{where}: gripper.open_state index {spec.get('index')} is out of range for "
+                          f"{spec['key']!r} ({_size(leaves[spec['key']])} numbers)")
+
+
+def read_env_map(path: str | Path | None) -> EnvMap:
+    """An ``EnvMap`` from a YAML file (None: the default map); a bad file is one line naming it."""
+    if path is None:
+        return EnvMap()
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"env map {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise EnvMapError(f"env map {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise EnvMapError(f"env map {path}: a mapping of {', '.join(MAP_KEYS)} expected")
+    unknown = sorted(set(data) - set(MAP_KEYS))
+    if unknown:
+        raise EnvMapError(f"env map {path}: unknown key {unknown[0]!r} (known: {', '.join(MAP_KEYS)})")
+    try:
+        action = data.get("action") or {}
+        gripper = data.get("gripper")
+        if gripper is not None:
+            if not isinstance(gripper, dict) or "index" not in gripper:
+                raise EnvMapError(f"env map {path}: gripper needs an index (and its close, stay and open values)")
+            gripper = Gripper(**{k: (int(v) if k == "index" else v if k == "open_state" else float(v))
+                                 for k, v in gripper.items()})
+        state = data.get("state")
+        return EnvMap(source=str(path), kwargs=dict(data.get("kwargs") or {}),
+                      state=[str(k) for k in ([state] if isinstance(state, str) else state)] if state is not None else None,
+                      cameras={str(k): str(v) for k, v in data["cameras"].items()} if data.get("cameras") is not None else None,
+                      motion=[int(i) for i in action["motion"]] if "motion" in action else None,
+                      scale=action.get("scale"), fixed={int(k): float(v) for k, v in (action.get("fixed") or {}).items()},
+                      gripper=gripper, success=data.get("success"),
+                      success_reward=None if data.get("success_reward") is None else float(data["success_reward"]))
+    except EnvMapError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise EnvMapError(f"env map {path}: {exc}") from None
+
+
+def parse_env_kwargs(items) -> dict:
+    """``KEY=VALUE`` strings -> gym.make keywords (values read as YAML scalars: true, 0.5, text)."""
+    import yaml
+
+    out = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise InputError(f"--env-kwargs takes KEY=VALUE, got {item!r}")
+        out[key] = yaml.safe_load(value) if value else ""
+    return out

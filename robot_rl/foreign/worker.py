@@ -1,0 +1,246 @@
+"""A Gymnasium env in a process of another Python interpreter (``robot-rl train --env-python``).
+
+This file is run as a script by that interpreter (``python worker.py``), so it imports nothing of
+robot_rl: only the standard library, numpy and gymnasium (and the env's own package, through
+``gym.make``). The parent (``robot_rl/foreign/client.py``) imports the frame functions and the
+observation flattening from here, so both sides speak one format.
+
+The format, never pickle: each frame is two little-endian uint32 lengths, a UTF-8 JSON header of
+that first length and a payload of raw array bytes of the second. The header's ``arrays`` list
+names each array with its dtype (numbers and booleans only), shape and byte range in the payload.
+Nested Dict observations are flattened to ``outer/inner`` keys.
+
+Requests (header ``op``): ``reset`` (``seed``), ``step`` (array ``action``), ``expert`` (the
+scripted policy's action for the last observation), ``close``. Each reply carries ``ok`` and
+either the result or ``error`` (the exception as one line). The first reply, before any request,
+describes the env: its spaces, its time limit and the versions, or the error that stopped it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+LENGTHS = struct.Struct("<II")
+NUMBER_KINDS = "biuf"  # bool, signed, unsigned, float: the only dtypes a frame may carry
+
+
+class FrameError(RuntimeError):
+    """A frame that is not in the format (or a stream that ended inside one)."""
+
+
+def write_frame(stream, header: dict, arrays: dict | None = None) -> None:
+    listed, chunks, offset = [], [], 0
+    for name, value in (arrays or {}).items():
+        arr = np.ascontiguousarray(value)
+        if arr.dtype.kind not in NUMBER_KINDS:
+            raise FrameError(f"array {name!r} has dtype {arr.dtype}; frames carry numbers and booleans only")
+        data = arr.tobytes()
+        listed.append([name, arr.dtype.str, list(arr.shape), offset, len(data)])
+        chunks.append(data)
+        offset += len(data)
+    head = json.dumps({**header, "arrays": listed}).encode()
+    stream.write(LENGTHS.pack(len(head), offset) + head + b"".join(chunks))
+    stream.flush()
+
+
+def _read_exact(stream, n: int) -> bytes:
+    data = stream.read(n)
+    if data is None or len(data) < n:
+        raise EOFError(f"the stream ended after {0 if data is None else len(data)} of {n} bytes")
+    return data
+
+
+def read_frame(stream) -> tuple[dict, dict]:
+    """(header, {name: array}); EOFError when the stream has ended."""
+    head_len, payload_len = LENGTHS.unpack(_read_exact(stream, LENGTHS.size))
+    header = json.loads(_read_exact(stream, head_len))
+    payload = _read_exact(stream, payload_len) if payload_len else b""
+    arrays = {}
+    for name, dtype, shape, offset, nbytes in header.pop("arrays", []):
+        dt = np.dtype(dtype)
+        if dt.kind not in NUMBER_KINDS or offset + nbytes > payload_len:
+            raise FrameError(f"array {name!r}: dtype {dtype} or its bytes do not fit the frame")
+        arrays[name] = np.frombuffer(payload, dt, count=nbytes // max(dt.itemsize, 1), offset=offset).reshape(shape)
+    return header, arrays
+
+
+# ---------------------------------------------------------------------------- spaces and observations
+def describe_space(space) -> dict:
+    """A gymnasium space as JSON: Box, Dict (nested), Discrete, MultiDiscrete, MultiBinary, else its repr."""
+    kind = type(space).__name__
+    if kind == "Dict":
+        return {"type": "Dict", "spaces": {k: describe_space(s) for k, s in space.spaces.items()}}
+    if kind == "Box":
+        out = {"type": "Box", "shape": list(space.shape), "dtype": np.dtype(space.dtype).str}
+        for bound in ("low", "high"):  # one number when uniform (JSON's Infinity stands for inf)
+            values = np.asarray(getattr(space, bound), np.float64).ravel()
+            out[bound] = float(values[0]) if values.size and np.all(values == values[0]) else values.tolist()
+        return out
+    if kind == "Discrete":
+        return {"type": "Discrete", "n": int(space.n)}
+    return {"type": kind, "repr": repr(space)}
+
+
+def flatten_obs(obs, prefix: str = "") -> dict:
+    """A (nested) dict observation as ``{"a/b": array}``; a plain array is ``{"obs": array}``."""
+    if isinstance(obs, dict):
+        out = {}
+        for key, value in obs.items():
+            out.update(flatten_obs(value, f"{prefix}{key}/"))
+        return out
+    return {prefix[:-1] if prefix else "obs": np.asarray(obs)}
+
+
+def json_info(info: dict) -> dict:
+    """The info's numbers, booleans and strings (top level); arrays and objects stay behind."""
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in NUMBER_KINDS:
+            value = value.item()
+        if isinstance(value, (bool, int, float, str)):
+            out[str(key)] = value
+    return out
+
+
+def control_hz(env) -> float | None:
+    """The env's step rate, as its metadata states it (``render_fps``), if it does."""
+    fps = (getattr(env, "metadata", None) or {}).get("render_fps")
+    return float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+
+
+def load_function(spec: str):
+    """``module:function`` or ``path/to/file.py:function`` -> the function (the worker's working folder
+    is on the path). A function of two parameters is called with the unwrapped env as the second
+    (``call_policy``): a scripted policy may read the simulator, as the twin's experts do."""
+    module, _, name = spec.rpartition(":")
+    if not module or not name:
+        raise ValueError(f"a scripted policy is named module:function or file.py:function, got {spec!r}")
+    if module.endswith(".py"):
+        import importlib.util
+
+        if not os.path.isfile(module):
+            raise FileNotFoundError(f"no such file {module}")
+        found = importlib.util.spec_from_file_location(os.path.basename(module)[:-3], module)
+        target = importlib.util.module_from_spec(found)
+        found.loader.exec_module(target)
+    else:
+        target = importlib.import_module(module)
+    for part in name.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    return target
+
+
+def call_policy(policy, obs, env):
+    """``policy(obs)``, or ``policy(obs, env.unwrapped)`` for a policy that takes two arguments."""
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(policy).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    action = policy(obs, env.unwrapped) if len(params) >= 2 else policy(obs)
+    return np.asarray(action, np.float64)
+
+
+# ---------------------------------------------------------------------------- the worker
+def make_env(env_id: str, kwargs: dict):
+    """``gym.make``; an id ``module:Name-v0`` imports the module first (gymnasium's own syntax), and
+    an id ``namespace/Name-v0`` not yet registered imports a package of the namespace's name
+    (``gym_hil/PandaPickCubeBase-v0`` registers on ``import gym_hil``)."""
+    import gymnasium as gym
+
+    namespace = env_id.split(":")[-1].split("/")[0] if "/" in env_id.split(":")[-1] else None
+    if ":" not in env_id and namespace and env_id not in gym.registry:
+        try:
+            importlib.import_module(namespace)
+        except ImportError:
+            pass  # gym.make names the unknown id
+    return gym.make(env_id, **kwargs)
+
+
+def seed_globals(seed: int) -> None:
+    """Some envs draw from numpy's and Python's global generators (gym_hil places its cube with
+    ``np.random``): a seeded reset seeds them too, so a seed gives one episode."""
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def serve(env_id: str, kwargs: dict, expert_spec: str | None, inp, out) -> None:
+    import gymnasium as gym
+
+    stage = "make"
+    try:
+        env = make_env(env_id, kwargs)
+        stage = "expert"
+        expert = load_function(expert_spec) if expert_spec else None
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+        write_frame(out, {"ok": False, "stage": stage, "error_type": type(exc).__name__,
+                          "error": (str(exc).splitlines() or [""])[0]})
+        return
+    limit = env.spec.max_episode_steps if env.spec is not None else None
+    write_frame(out, {"ok": True, "observation_space": describe_space(env.observation_space),
+                      "action_space": describe_space(env.action_space), "max_episode_steps": limit,
+                      "control_hz": control_hz(env),
+                      "gymnasium": gym.__version__, "numpy": np.__version__, "python": sys.version.split()[0]})
+    last = None
+    while True:
+        try:
+            header, arrays = read_frame(inp)
+        except EOFError:
+            return
+        op = header.get("op")
+        try:
+            if op == "close":
+                write_frame(out, {"ok": True})
+                return
+            if op == "reset":
+                seed = header.get("seed")
+                if seed is not None:
+                    seed_globals(int(seed))
+                last, info = env.reset(seed=seed)
+                if expert is not None and hasattr(expert, "reset"):
+                    expert.reset()
+                write_frame(out, {"ok": True, "info": json_info(info)}, flatten_obs(last))
+            elif op == "step":
+                last, reward, terminated, truncated, info = env.step(arrays["action"])
+                write_frame(out, {"ok": True, "reward": float(reward), "terminated": bool(terminated),
+                                  "truncated": bool(truncated), "info": json_info(info)}, flatten_obs(last))
+            elif op == "expert":
+                if expert is None:
+                    raise RuntimeError("no scripted policy was given")
+                write_frame(out, {"ok": True}, {"action": call_policy(expert, last, env)})
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the env
+            lines = traceback.format_exception_only(type(exc), exc)
+            write_frame(out, {"ok": False, "error": lines[-1].strip()})
+
+
+def main() -> None:
+    env_id, kwargs, expert_spec = sys.argv[1], json.loads(sys.argv[2]), (sys.argv[3] or None)
+    sys.path[0] = os.getcwd()  # scripted policies resolve from the working folder, as with python -m
+    # the frames own the real stdout; anything the env prints goes to stderr
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    inp = os.fdopen(os.dup(0), "rb")
+    serve(env_id, kwargs, expert_spec, inp, out)
+    out.flush()
+    os._exit(0)  # skip interpreter teardown: some envs' renderers fail in it headless
+
+
+if __name__ == "__main__":
+    main()
