@@ -281,9 +281,23 @@ class RecordConfig(EnvConfig):
     continue_after_success: int = setting(0, "the actor goes on acting this many steps after success (rollouts not "
                                              "cut at success)", metavar="STEPS")
     seed: int = setting(0, "random seed (episode i resets with seed + i)")
+    teleop: str | None = setting(None, "with --env: a teleop device drives the env (spacemouse, gamepad): its "
+                                       "translation, then rotation, fill the map's motion dimensions in order, its "
+                                       "gripper button the gripper; paced at the env's rate", metavar="DEVICE")
 
     def validate(self) -> None:
         self.validate_env()
+        if self.env is not None:
+            if self.policy is None and not self.env_expert and not self.teleop:
+                raise InputError(f"record --env {self.env} needs an actor: --env-expert MODULE:FUNCTION (a scripted "
+                                 "policy), --policy CHECKPOINT or --teleop DEVICE")
+            held = [f for f in ("hold_after_success", "hold_after_failure", "continue_after_success")
+                    if getattr(self, f)]
+            if held:
+                raise InputError(f"--{held[0].replace('_', '-')} drives the twin's arm; with --env the episode is "
+                                 "the env's own")
+        elif self.teleop:
+            raise InputError("--teleop drives a Gymnasium env (--env ID); on the twin use robot-rl session")
         if self.episodes < 1:
             raise InputError("episodes must be >= 1")
         if (self.hold_after_success or self.hold_after_failure) and self.continue_after_success:

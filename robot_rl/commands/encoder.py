@@ -143,7 +143,7 @@ def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log
     meta = {**DRQ, "cameras": list(cameras), "image_size": list(frames["image_size"]), "objective": "bc"}
     encoder = FrozenEncoder(meta)
     backbones = nn.ModuleDict({cam: Backbone(meta) for cam in cameras})
-    head = ActionHead(cameras, feature_shape(meta), frames["state"].shape[1])
+    head = ActionHead(cameras, feature_shape(meta), frames["state"].shape[1], frames["action"].shape[1] - 1)
     head.normalizer.fit(torch.as_tensor(frames["state"][rows]))
 
     def loss_of(idx: np.ndarray) -> torch.Tensor:
@@ -230,7 +230,7 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
         chunks = [encoder.features({cam: torch.as_tensor(frames["images"][cam][i:i + 256])})[cam]
                   for i in range(0, len(frames["state"]), 256)]
         feats[cam] = torch.cat(chunks)
-    head = ActionHead(cams, encoder.feature_shape, frames["state"].shape[1])
+    head = ActionHead(cams, encoder.feature_shape, frames["state"].shape[1], frames["action"].shape[1] - 1)
     state, action = torch.as_tensor(frames["state"]), torch.as_tensor(frames["action"])
     rows = train_rows[frames["task"][train_rows]]
     head.normalizer.fit(state[rows])
@@ -239,7 +239,7 @@ def probe(encoder: FrozenEncoder, frames: dict, train_rows: np.ndarray, held_row
     with torch.no_grad():
         motion, grip = head({cam: feats[cam][held_rows] for cam in cams}, state[held_rows])
         target = action[held_rows]
-        mse = float(((motion - target[:, :6]) ** 2).sum(-1).mean())
+        mse = float(((motion - target[:, : head.motion_dim]) ** 2).sum(-1).mean())
         ce = float(F.cross_entropy(grip, gripper_index(target[:, -1])))
         accuracy = float((grip.argmax(-1) == gripper_index(target[:, -1])).float().mean())
     return {"held_out_loss": round(mse + ce, 4), "held_out_motion_mse": round(mse, 4),

@@ -4,6 +4,7 @@ step in, and why: what a run's late human share is made of)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from robot_rl.config import EvalConfig
 from robot_rl.envs import make_env
+from robot_rl.errors import InputError
 from robot_rl.rollout import evaluate
 from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
                                          resolve_checkpoint)
@@ -31,9 +33,16 @@ def evaluate_checkpoint(path: str, log=None, **settings) -> dict:
     trained = read_state(ckpt).get("train_config", {})
     agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
     check_recorded_network(agent.config, ckpt)  # an agent file swapped in from another run is refused
-    task = task or trained.get("task", "PickCube")
-    env = make_env(task, c.backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
-                   tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
+    foreign = env_settings(c, trained)
+    if foreign.env:
+        if human_eagerness > 0:
+            raise InputError(f"--simulated-human needs the twin's scripted expert; --env {foreign.env} has none")
+        task = foreign.env
+        env = make_run_env(foreign, trained)
+    else:
+        task = task or trained.get("task", "PickCube")
+        env = make_env(task, c.backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
+                       tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
     try:
         check_compatible(agent.config, env, ckpt)
         agent.seed_acting(seed)
@@ -46,6 +55,36 @@ def evaluate_checkpoint(path: str, log=None, **settings) -> dict:
         env.close()
     return {"checkpoint": str(ckpt), "task": task, "device": device, "policy": "stochastic" if stochastic else
             "deterministic", **result}
+
+
+def env_settings(c, trained: dict):
+    """The Gymnasium env a command runs (``EnvConfig``'s fields): those given, else the run's own
+    (its train config), so a run on ``--env`` evaluates on it; ``env`` None: the twin."""
+    import types
+
+    from robot_rl.config import EnvConfig
+
+    fields = [f.name for f in dataclasses.fields(EnvConfig)]
+    given = {f: getattr(c, f) for f in fields if getattr(c, f) not in (None, ())}
+    if given and "env" not in given:
+        given = {**{f: trained.get(f) for f in fields}, **given}
+    chosen = given if given else {f: trained.get(f) for f in fields}
+    chosen["env_kwargs"] = tuple(chosen.get("env_kwargs") or ())
+    return types.SimpleNamespace(**{f: chosen.get(f) for f in fields})
+
+
+def make_run_env(foreign, trained: dict):
+    """The run's Gymnasium env (through its map) as its policy observes it."""
+    from robot_rl.envs import FlatObservation
+    from robot_rl.foreign.env import make_foreign_env
+
+    obs, cameras = trained.get("obs", "state"), tuple(trained.get("cameras", ("front", "wrist")))
+    cell = make_foreign_env(foreign, cameras if obs == "pixels" else (), tuple(trained.get("image_size", (64, 64))))
+    try:
+        return FlatObservation(cell, obs, cameras)
+    except BaseException:
+        cell.close()
+        raise
 
 
 def evaluate_with_human(policy, env, task: str, eagerness: float, episodes: int, seed: int, log=None) -> dict:

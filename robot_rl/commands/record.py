@@ -67,6 +67,8 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
 
     c = RecordConfig(task=task, episodes=episodes, **settings)
     c.validate()
+    if c.env:
+        return record_env_rollouts(out, c, on_episode)
     policy, seed, hold_after_success, hold_release = c.policy, c.seed, c.hold_after_success, c.hold_release
     continue_after_success, hold_motion, hold_rise = c.continue_after_success, c.hold_motion, c.hold_rise
     device = c.device
@@ -138,3 +140,101 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
     return {"path": str(out), "episodes": kept, "tries": tries, "successes": successes,
             "frames": int(store.n_frames), "success_rate": successes / max(kept, 1)}
 
+
+
+def record_env_rollouts(out: str | Path, c: RecordConfig, on_episode=None, device=None, clock=None) -> dict:
+    """``record --env``: episodes of a Gymnasium env (through its map) into a new store, the actor
+    its scripted policy (``env_expert``), a checkpoint's policy or a teleop device (``teleop``, or
+    ``device``: an object with ``read()`` as ``teleop.devices`` has, paced by ``clock``, default
+    real time at the env's rate; its success / failure / reset events end the episode). The store
+    holds the mapped state, the cameras (``images``) and the policy's actions, as training uses them."""
+    import time
+
+    from robot_rl.contract import OPERATOR_EVENTS
+    from robot_rl.foreign.env import ScriptedExpert, make_foreign_env
+
+    if c.teleop and device is None:
+        from robot_rl.teleop.devices import open_device
+
+        device = open_device(c.teleop)
+    cameras = tuple(c.cameras) if c.images else ()
+    env = make_foreign_env(c, cameras, tuple(c.image_size))
+    try:
+        fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
+        if c.policy is not None:
+            import torch
+
+            from robot_rl.runtime.device import resolve_device
+
+            torch.manual_seed(c.seed)
+            actor, source = CheckpointPolicy(c.policy, env, device=resolve_device(c.device)), \
+                {"source": "policy", "policy": str(c.policy)}
+        elif device is not None:
+            actor, source = None, {"source": "teleop", "device": c.teleop or type(device).__name__}
+        else:
+            actor, source = ScriptedExpert(env), {"source": "scripted_policy", "policy": c.env_expert}
+        store = EpisodeStore.create(out, fields, task=c.env, robot=c.env, control_hz=env.limits.control_hz,
+                                    cameras=cams, images=c.image_codec, env_map=c.env_map,
+                                    env_kwargs=list(c.env_kwargs), **source)
+        period = 1.0 / env.limits.control_hz
+        t = [0.0]
+        recorder = EpisodeRecorder(store, clock=lambda: t[0])
+        kept = tries = successes = 0
+        while kept < c.episodes and tries < 10 * c.episodes:
+            obs, _ = env.reset(seed=c.seed + tries)
+            if actor is not None:
+                actor.reset()
+            tries += 1
+            t[0] = 0.0
+            recorder.start(obs)
+            outcome = None
+            while True:
+                if actor is not None:
+                    action = actor(obs)
+                else:
+                    tick = (clock or time.monotonic)()
+                    reading = device.read()
+                    events = [e for e in reading.events if e in OPERATOR_EVENTS]
+                    if any(e in ("success", "failure", "reset", "rerecord") for e in events):
+                        outcome = events[0]
+                        break
+                    action = device_action(reading.action, env.unwrapped.map)
+                obs, reward, terminated, truncated, info = env.step(action)
+                t[0] += period
+                recorder.step(action, obs, reward, terminated, truncated, success=info["success"],
+                              is_intervention=actor is None)
+                if terminated or truncated:
+                    break
+                if actor is None and clock is None:
+                    time.sleep(max(0.0, period - (time.monotonic() - tick)))
+            success = bool(info["success"]) if outcome is None else outcome == "success"
+            if outcome in ("reset", "rerecord") or recorder.steps == 0:
+                recorder.discard()
+            elif c.keep == "all" or (c.keep == "successes") == success:
+                index = recorder.finish()
+                kept += 1
+                successes += success
+                if on_episode:
+                    on_episode(index, success)
+            else:
+                recorder.discard()
+    finally:
+        env.close()
+        if device is not None and hasattr(device, "close"):
+            device.close()
+    return {"path": str(out), "env": c.env, "episodes": kept, "tries": tries, "successes": successes,
+            "frames": int(store.n_frames), "success_rate": successes / max(kept, 1),
+            "success_source": env.unwrapped.success_source}
+
+
+def device_action(contract_action, env_map) -> np.ndarray:
+    """A teleop device's action (the contract's: translation, rotation, gripper) as a mapped env's
+    policy action: the translation then the rotation fill the map's motion dimensions in order, the
+    gripper the gripper's (last) when the map has one."""
+    contract_action = np.asarray(contract_action, np.float32)
+    out = np.zeros(env_map.action_dim, np.float32)
+    n = len(env_map.motion)
+    out[: min(n, 6)] = contract_action[: min(n, 6)]
+    if env_map.gripper is not None:
+        out[-1] = contract_action[6]
+    return out

@@ -64,6 +64,11 @@ class EpisodeRecorder:
     def recording(self) -> bool:
         return self._frames is not None
 
+    @property
+    def steps(self) -> int:
+        """Steps of the episode being recorded (0: none)."""
+        return len(self._frames) - 1 if self._frames else 0
+
     def start(self, obs: dict) -> None:
         if self.recording:
             raise StoreError("an episode is already being recorded; finish() or discard() it first")

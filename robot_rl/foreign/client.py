@@ -35,6 +35,8 @@ def _start_error(env_id: str, expert: str | None, stage: str, kind: str, message
     text = f"{kind}: {message}"
     if stage == "expert":
         return InputError(f"--env-expert {expert}: {text}")
+    if stage == "setup":
+        return InputError(f"--env {env_id}: the env map's setup function failed: {text}")
     if kind in ("NameNotFound", "NamespaceNotFound", "VersionNotFound", "UnregisteredEnv"):
         return InputError(f"--env {env_id}: unknown Gymnasium env id ({message}); an id a package registers on "
                           f"import can be given as package:{env_id.split(':')[-1]}")
@@ -44,11 +46,14 @@ def _start_error(env_id: str, expert: str | None, stage: str, kind: str, message
 class LocalEnv:
     """The env made in this process."""
 
-    def __init__(self, env_id: str, kwargs: dict, expert: str | None = None):
+    def __init__(self, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None):
         self.env_id = env_id
         stage = "make"
         try:
             self.env = worker.make_env(env_id, dict(kwargs))
+            stage = "setup"
+            if setup:
+                worker.load_function(setup)(self.env.unwrapped)
             stage = "expert"
             self.expert = worker.load_function(expert) if expert else None
         except Exception as exc:  # noqa: BLE001 - a foreign env's own errors, as one line
@@ -84,13 +89,13 @@ class WorkerEnv:
     stdout in ``worker``'s frames. Its death is one ``EnvWorkerError`` naming the env and the last
     lines of its stderr: a read of a dead process's stdout ends at once, so nothing waits."""
 
-    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None):
+    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None):
         self.env_id, self.python = env_id, python
         if not Path(python).is_file() or not os.access(python, os.X_OK):
             raise InputError(f"--env-python {python}: not an executable file")
         env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
         try:
-            self.proc = subprocess.Popen([python, str(WORKER), env_id, json.dumps(kwargs), expert or ""],
+            self.proc = subprocess.Popen([python, str(WORKER), env_id, json.dumps(kwargs), expert or "", setup or ""],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         except OSError as exc:
             raise InputError(f"--env-python {python}: does not start ({exc.strerror or exc})") from None
@@ -176,9 +181,11 @@ class WorkerEnv:
                 pass
 
 
-def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None):
-    """The env in this process (``python`` None, or this interpreter) or in a worker of ``python``."""
+def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None,
+             setup: str | None = None):
+    """The env in this process (``python`` None) or in a worker of ``python``; ``setup``
+    (``module:function``) is called once with the unwrapped env, in its interpreter."""
     if python is None:
-        return LocalEnv(env_id, kwargs, expert)
-    return WorkerEnv(python, env_id, kwargs, expert)
+        return LocalEnv(env_id, kwargs, expert, setup)
+    return WorkerEnv(python, env_id, kwargs, expert, setup)
 

@@ -126,7 +126,8 @@ def make_foreign_env(cfg, cameras: tuple[str, ...] = (), image_size=(64, 64), re
         if not cameras:
             image_size = classifier.config.image_size
         cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
-    inner = open_env(cfg.env, {**env_map.kwargs, **parse_env_kwargs(cfg.env_kwargs)}, cfg.env_python, cfg.env_expert)
+    inner = open_env(cfg.env, {**env_map.kwargs, **parse_env_kwargs(cfg.env_kwargs)}, cfg.env_python, cfg.env_expert,
+                     env_map.setup)
     try:
         env = MappedEnv(inner, env_map, cfg.env, tuple(cameras), tuple(image_size))
     except BaseException:

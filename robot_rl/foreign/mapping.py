@@ -3,6 +3,7 @@
 A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optional::
 
     kwargs: {random_block_position: true}   # gym.make keywords (--env-kwargs KEY=VALUE adds to them)
+    setup: cpu_render.py:no_shadows         # called once with the unwrapped env, in its interpreter
     state: [agent_pos, environment_state]   # observation keys, concatenated into the state vector
     cameras: {front: pixels/front, wrist: pixels/wrist}   # camera name: observation key (H x W x 3 uint8)
     action:
@@ -35,7 +36,7 @@ import numpy as np
 from robot_rl.errors import InputError, MissingFileError
 
 SUCCESS_KEYS = ("is_success", "success", "succeed")
-MAP_KEYS = ("kwargs", "state", "cameras", "action", "gripper", "success", "success_reward")
+MAP_KEYS = ("kwargs", "setup", "state", "cameras", "action", "gripper", "success", "success_reward")
 
 
 class EnvMapError(InputError):
@@ -55,6 +56,7 @@ class Gripper:
 class EnvMap:
     source: str = "the default map"  # where it came from, for error messages
     kwargs: dict = field(default_factory=dict)
+    setup: str | None = None
     state: list[str] | None = None
     cameras: dict[str, str] | None = None
     motion: list[int] | None = None
@@ -265,7 +267,7 @@ def read_env_map(path: str | Path | None) -> EnvMap:
             gripper = Gripper(**{k: (int(v) if k == "index" else v if k == "open_state" else float(v))
                                  for k, v in gripper.items()})
         state = data.get("state")
-        return EnvMap(source=str(path), kwargs=dict(data.get("kwargs") or {}),
+        return EnvMap(source=str(path), kwargs=dict(data.get("kwargs") or {}), setup=data.get("setup"),
                       state=[str(k) for k in ([state] if isinstance(state, str) else state)] if state is not None else None,
                       cameras={str(k): str(v) for k, v in data["cameras"].items()} if data.get("cameras") is not None else None,
                       motion=[int(i) for i in action["motion"]] if "motion" in action else None,

@@ -10,6 +10,9 @@ that first length and a payload of raw array bytes of the second. The header's `
 names each array with its dtype (numbers and booleans only), shape and byte range in the payload.
 Nested Dict observations are flattened to ``outer/inner`` keys.
 
+Arguments: the env id, gym.make's keywords as JSON, the scripted policy (``module:function`` or
+empty) and a setup function (the same, called once with the unwrapped env, or empty).
+
 Requests (header ``op``): ``reset`` (``seed``), ``step`` (array ``action``), ``expert`` (the
 scripted policy's action for the last observation), ``close``. Each reply carries ``ok`` and
 either the result or ``error`` (the exception as one line). The first reply, before any request,
@@ -178,12 +181,15 @@ def seed_globals(seed: int) -> None:
     random.seed(seed)
 
 
-def serve(env_id: str, kwargs: dict, expert_spec: str | None, inp, out) -> None:
+def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | None, inp, out) -> None:
     import gymnasium as gym
 
     stage = "make"
     try:
         env = make_env(env_id, kwargs)
+        stage = "setup"
+        if setup_spec:
+            load_function(setup_spec)(env.unwrapped)
         stage = "expert"
         expert = load_function(expert_spec) if expert_spec else None
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
@@ -230,14 +236,15 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, inp, out) -> None:
 
 
 def main() -> None:
-    env_id, kwargs, expert_spec = sys.argv[1], json.loads(sys.argv[2]), (sys.argv[3] or None)
+    env_id, kwargs = sys.argv[1], json.loads(sys.argv[2])
+    expert_spec, setup_spec = (sys.argv[3] or None), (sys.argv[4] or None)
     sys.path[0] = os.getcwd()  # scripted policies resolve from the working folder, as with python -m
     # the frames own the real stdout; anything the env prints goes to stderr
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     inp = os.fdopen(os.dup(0), "rb")
-    serve(env_id, kwargs, expert_spec, inp, out)
+    serve(env_id, kwargs, expert_spec, setup_spec, inp, out)
     out.flush()
     os._exit(0)  # skip interpreter teardown: some envs' renderers fail in it headless
 
