@@ -81,6 +81,40 @@ def gym_hil_steps_per_second(steps: int) -> tuple[float | None, str]:
     return rate, f"gym_hil {GYM_HIL_ENV_ID} measured state-only in its own venv ({python}), same machine, same run"
 
 
+HOP_ENV = "Pendulum-v1"  # a state env of gymnasium's own: its step takes microseconds, so the hop shows
+
+
+def worker_hop(steps: int, rounds: int = 3) -> dict:
+    """What ``--env-python`` costs per step: the same mapped state env (``HOP_ENV``, the same
+    actions) stepped in this process and in a worker process of this interpreter, alternately
+    ``rounds`` times; the median of each, and their difference, the hop."""
+    from robot_rl.foreign.client import open_env
+    from robot_rl.foreign.env import MappedEnv
+    from robot_rl.foreign.mapping import EnvMap
+
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, 1)).astype(np.float32)
+    envs = {where: MappedEnv(open_env(HOP_ENV, {}, python), EnvMap(), HOP_ENV)
+            for where, python in (("in_process", None), ("worker", sys.executable))}
+    times: dict = {where: [] for where in envs}
+    try:
+        for _ in range(rounds):
+            for where, env in envs.items():
+                env.reset(seed=0)
+                env.step(actions[0])  # warm
+                t0 = time.perf_counter()
+                for action in actions:
+                    _, _, terminated, truncated, _ = env.step(action)
+                    if terminated or truncated:
+                        env.reset(seed=0)
+                times[where].append((time.perf_counter() - t0) / steps * 1e3)
+    finally:
+        for env in envs.values():
+            env.close()
+    local, remote = float(np.median(times["in_process"])), float(np.median(times["worker"]))
+    return {"worker_hop_env": HOP_ENV, "in_process_ms_per_step": round(local, 4),
+            "worker_ms_per_step": round(remote, 4), "worker_hop_ms_per_step": round(remote - local, 4)}
+
+
 def run(quick: bool = False, log=print) -> dict:
     state_steps = 300 if quick else 2000
     pixel_steps = 40 if quick else 200
@@ -97,6 +131,13 @@ def run(quick: bool = False, log=print) -> dict:
         figures[key] = expert_success(task, backend, episodes)
         log(f"{key}: {figures[key]:.2f} over {episodes} episodes")
     figures["expert_episodes"] = episodes
+    hop = worker_hop(500 if quick else 5000)
+    figures.update(hop)
+    log(f"--env-python worker hop: {hop['worker_hop_ms_per_step']:.3f} ms per step ({HOP_ENV}: "
+        f"{hop['in_process_ms_per_step']:.3f} ms in process, {hop['worker_ms_per_step']:.3f} ms in a worker)")
+    notes.append("worker hop: the same mapped state env stepped in process and in a worker process of this "
+                 "interpreter (robot_rl/foreign: raw array frames over its stdin/stdout), medians of 3 alternating "
+                 "rounds; the hop is their difference")
     rate, note = gym_hil_steps_per_second(state_steps // 2)
     figures["gym_hil_pickcube_state_steps_per_s"] = None if rate is None else round(rate, 1)
     notes.append(note)

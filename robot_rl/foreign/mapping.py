@@ -17,8 +17,9 @@ A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optiona
       stay: 0.0
       open: -1.0
       open_state: {key: agent_pos, index: 14, below: 127.5}   # optional: when the gripper counts as open
-    success: succeed         # the info key of success (default: is_success, success or succeed)
-    success_reward: 1.0      # without such a key: a step's reward at or above this is success
+    success: succeed         # the info key of success
+    success_reward: 1.0      # or: a step's reward at or above this is success
+                             # (neither: info's is_success, success or succeed, the first it has; else reward >= 1)
 
 Nested Dict observations are named ``outer/inner``; a Box observation is ``obs``. Without a map,
 the state is every non-image Box key, the cameras every H x W x 3 uint8 key, and every action
@@ -190,14 +191,17 @@ class ResolvedMap:
         return np.concatenate(parts)
 
     def success_of(self, info: dict, reward: float) -> tuple[bool, str]:
-        """(success, what said so): the map's info key, else the first of ``SUCCESS_KEYS`` the info
-        has, else the reward against ``success_reward``."""
-        keys = [self.success] if self.success else [k for k in SUCCESS_KEYS if k in info]
-        if keys and keys[0] in info:
-            return bool(info[keys[0]]), f"info[{keys[0]!r}]"
+        """(success, what said so): the map's info key (``success``), else its reward rule
+        (``success_reward``), else the first of ``SUCCESS_KEYS`` the info has, else reward >= 1."""
         if self.success:
-            raise EnvMapError(f"env map ({self.source}): success key {self.success!r} is not in the env's info "
-                              f"(its keys: {', '.join(sorted(info)) or 'none'})")
+            if self.success not in info:
+                raise EnvMapError(f"env map ({self.source}): success key {self.success!r} is not in the env's info "
+                                  f"(its keys: {', '.join(sorted(info)) or 'none'})")
+            return bool(info[self.success]), f"info[{self.success!r}]"
+        if self.success_reward is None:
+            key = next((k for k in SUCCESS_KEYS if k in info), None)
+            if key is not None:
+                return bool(info[key]), f"info[{key!r}]"
         threshold = 1.0 if self.success_reward is None else self.success_reward
         return bool(reward >= threshold), f"reward >= {threshold:g}"
 

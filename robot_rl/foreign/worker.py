@@ -22,6 +22,7 @@ describes the env: its spaces, its time limit and the versions, or the error tha
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -129,8 +130,6 @@ def load_function(spec: str):
     if not module or not name:
         raise ValueError(f"a scripted policy is named module:function or file.py:function, got {spec!r}")
     if module.endswith(".py"):
-        import importlib.util
-
         if not os.path.isfile(module):
             raise FileNotFoundError(f"no such file {module}")
         found = importlib.util.spec_from_file_location(os.path.basename(module)[:-3], module)

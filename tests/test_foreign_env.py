@@ -1,0 +1,327 @@
+"""``--env``: a Gymnasium env of someone else's (tests/helpers/foreign_envs.py) through a map, in
+this process and in a worker process (``--env-python``, here the project's own interpreter)."""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robot_rl.errors import InputError
+from robot_rl.foreign import worker
+from robot_rl.foreign.client import EnvWorkerError, LocalEnv, WorkerEnv, open_env
+from robot_rl.foreign.env import MappedEnv
+from robot_rl.foreign.mapping import EnvMap, EnvMapError, Gripper, read_env_map
+from tests.helpers.common import one_line_error
+
+HELPERS = Path(__file__).parent / "helpers"
+REACH = "foreign_envs:robot_rl_test/Reach-v0"
+EXPERT = "foreign_envs:scripted_reach"
+MAP = """\
+state: [agent, goal]
+cameras: {top: camera}
+action: {motion: [0, 1], fixed: {2: 0.0}}
+gripper: {index: 3, close: 1.0, stay: 0.0, open: -1.0, open_state: {key: agent, index: 2, below: 0.5}}
+"""
+
+
+@pytest.fixture(autouse=True)
+def env_module_on_path(monkeypatch):
+    """The test envs import as a package would, in process and in a worker."""
+    monkeypatch.syspath_prepend(str(HELPERS))
+    monkeypatch.setenv("PYTHONPATH", str(HELPERS))
+
+
+@pytest.fixture
+def env_map(tmp_path) -> Path:
+    path = tmp_path / "reach.yaml"
+    path.write_text(MAP)
+    return path
+
+
+def run_cli(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    env = {**__import__("os").environ, "PYTHONPATH": str(HELPERS)}
+    return subprocess.run([sys.executable, "-m", "robot_rl.commands.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+def episode(env: MappedEnv, seed: int, actions) -> list:
+    out = []
+    obs, _ = env.reset(seed=seed)
+    out.append(obs)
+    for a in actions:
+        step = env.step(a)
+        out.append(step)
+        if step[2] or step[3]:
+            break
+    return out
+
+
+# ------------------------------------------------------------------ frames
+def test_frames_carry_arrays_and_refuse_objects():
+    buf = io.BytesIO()
+    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([True, False]),
+              "c": np.zeros((0, 4), np.int64)}
+    worker.write_frame(buf, {"op": "x", "n": 1}, arrays)
+    buf.seek(0)
+    header, back = worker.read_frame(buf)
+    assert header == {"op": "x", "n": 1}
+    for k, v in arrays.items():
+        assert back[k].dtype == v.dtype and np.array_equal(back[k], v)
+    with pytest.raises(worker.FrameError, match="numbers and booleans only"):
+        worker.write_frame(io.BytesIO(), {}, {"o": np.array([object()])})
+    truncated = io.BytesIO(buf.getvalue()[:-3])
+    with pytest.raises(EOFError):
+        worker.read_frame(truncated)
+
+
+def test_a_frame_naming_an_object_dtype_is_refused():
+    head = json.dumps({"arrays": [["x", "|O", [1], 0, 8]]}).encode()
+    stream = io.BytesIO(worker.LENGTHS.pack(len(head), 8) + head + b"\0" * 8)
+    with pytest.raises(worker.FrameError, match="do not fit"):
+        worker.read_frame(stream)
+
+
+# ------------------------------------------------------------------ the map
+def test_map_applies_scale_fixed_dims_and_the_gripper(env_map):
+    env = MappedEnv(LocalEnv(REACH, {}), read_env_map(env_map), REACH, ("top",), (8, 8))
+    m = env.map
+    assert env.action_space.shape == (3,) and env.observation_space["state"].shape == (6,)
+    assert env.task.uses_gripper and env.task.gripper_open_index == 5
+    assert np.allclose(m.to_env_action(np.array([0.5, -1.0, 1.0])), [0.5, -1.0, 0.0, 1.0])
+    assert m.to_env_action(np.array([0, 0, 0.2]))[3] == 0.0 and m.to_env_action(np.array([0, 0, -0.9]))[3] == -1.0
+    assert np.allclose(m.to_policy_action(np.array([0.25, 3.0, 0.7, 0.9])), [0.25, 1.0, 1.0])
+    obs, _ = env.reset(seed=1)
+    assert obs["images"]["top"].shape == (8, 8, 3) and obs["images"]["top"].dtype == np.uint8
+    assert obs["state"][-1] == 1.0  # gripper open
+    env.close()
+
+
+def test_default_map_takes_every_box_key_and_every_dimension():
+    env = MappedEnv(LocalEnv(REACH, {}), EnvMap(), REACH)
+    assert env.map.state == ["agent", "goal"] and env.map.cameras == {"camera": "camera"}
+    assert env.map.motion == [0, 1, 2, 3] and env.map.gripper is None and not env.task.uses_gripper
+    env.close()
+
+
+def test_explicit_scale_and_success_from_the_reward(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("state: agent\naction: {motion: [1, 0], scale: [0.5, 0.25]}\nsuccess_reward: 1.0\n")
+    env = MappedEnv(LocalEnv(REACH, {}), read_env_map(path), REACH)
+    assert np.allclose(env.map.to_env_action(np.array([1.0, 1.0])), [0.25, 0.5, 0, 0])
+    assert env.map.success_of({}, 1.0) == (True, "reward >= 1")
+    assert env.map.success_of({"is_success": False}, 1.0) == (True, "reward >= 1")  # no key named: a reward rule
+    env.close()
+    assert EnvMap().resolve(LocalEnv(REACH, {}).observation_space, LocalEnv(REACH, {}).action_space,
+                            REACH).success_of({"is_success": True, "success": False}, 0.0) == (True, "info['is_success']")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("state: [agent, velocity]\n", "state key 'velocity' is not in the observation"),
+    ("cameras: {top: goal}\n", "camera 'top' reads 'goal', which is <f4 (2,), not H x W x 3 uint8"),
+    ("gripper: {index: 4}\n", "gripper index 4 is out of range: the action has 4 dimensions"),
+    ("action: {motion: [0, 0]}\n", "repeats a dimension"),
+    ("action: {motion: [0, 1], scale: [1, 2, 3]}\n", "3 numbers for 2 motion dimensions"),
+    ("gripper: {index: 3, open_state: {key: agent, index: 9, below: 0.5}}\n", "open_state index 9 is out of range"),
+])
+def test_map_errors_name_the_file_and_the_key(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    inner = LocalEnv(REACH, {})
+    with pytest.raises(EnvMapError) as err:
+        MappedEnv(inner, read_env_map(path), REACH)
+    assert needle in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+    inner.close()
+
+
+def test_an_image_key_that_is_not_uint8_is_refused(tmp_path):
+    inner = LocalEnv(REACH, {"bad_camera": True})
+    with pytest.raises(EnvMapError, match="camera 'camera' reads 'camera', which is <f4 .16, 16, 3., not H x W x 3 uint8"):
+        MappedEnv(inner, EnvMap(cameras={"camera": "camera"}), REACH)
+    inner.close()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("state: [agent\n", "not valid YAML"),
+    ("- a\n", "a mapping of"),
+    ("stat: [agent]\n", "unknown key 'stat'"),
+    ("gripper: {close: 1}\n", "gripper needs an index"),
+])
+def test_map_file_errors(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=needle):
+        read_env_map(path)
+
+
+def test_a_discrete_action_space_is_refused():
+    inner = LocalEnv("foreign_envs:robot_rl_test/Discrete-v0", {})
+    with pytest.raises(EnvMapError, match="has a Discrete action space"):
+        MappedEnv(inner, EnvMap(), "Discrete-v0")
+    inner.close()
+
+
+# ------------------------------------------------------------------ in process and in a worker
+def test_a_worker_gives_the_same_episode_as_in_process(env_map):
+    actions = np.random.default_rng(0).uniform(-1, 1, (25, 3))
+    local = MappedEnv(open_env(REACH, {}), read_env_map(env_map), REACH, ("top",), (16, 16))
+    remote = MappedEnv(open_env(REACH, {}, sys.executable), read_env_map(env_map), REACH, ("top",), (16, 16))
+    try:
+        assert local.observation_space == remote.observation_space and local.max_episode_steps == 40
+        assert remote.limits.control_hz == 20.0
+        a, b = episode(local, 7, actions), episode(remote, 7, actions)
+        assert len(a) == len(b)
+        assert np.array_equal(a[0]["state"], b[0]["state"])
+        for x, y in zip(a[1:], b[1:]):
+            assert np.array_equal(x[0]["state"], y[0]["state"]) and x[0]["state"].dtype == y[0]["state"].dtype
+            assert np.array_equal(x[0]["images"]["top"], y[0]["images"]["top"])
+            assert x[1:4] == y[1:4] and x[4] == y[4]
+    finally:
+        local.close()
+        remote.close()
+    assert remote.inner.proc.wait(timeout=30) == 0  # closed cleanly
+
+
+def test_the_scripted_policy_runs_in_the_worker(env_map):
+    env = MappedEnv(open_env(REACH, {}, sys.executable, EXPERT), read_env_map(env_map), REACH)
+    try:
+        wins = 0
+        for seed in range(5):
+            env.reset(seed=seed)
+            while True:
+                _, _, terminated, truncated, info = env.step(env.expert_action())
+                if terminated or truncated:
+                    break
+            wins += info["success"]
+        assert wins == 5 and env.success_source == "info['is_success']"
+    finally:
+        env.close()
+
+
+def test_a_worker_dying_mid_run_is_one_error_naming_the_env_and_its_stderr():
+    env = MappedEnv(open_env(REACH, {"die_at_step": 3}, sys.executable), EnvMap(), REACH)
+    env.reset(seed=0)
+    env.step(np.zeros(4))
+    env.step(np.zeros(4))
+    with pytest.raises(EnvWorkerError) as err:
+        env.step(np.zeros(4))
+    text = str(err.value)
+    assert REACH in text and "exit code 3" in text and "simulated crash at step 3" in text and "\n" not in text
+    with pytest.raises(EnvWorkerError, match="died"):  # and stays dead, without a hang
+        env.step(np.zeros(4))
+    env.close()
+
+
+def test_an_env_error_in_the_worker_is_reported_not_fatal():
+    env = MappedEnv(open_env(REACH, {}, sys.executable), EnvMap(), REACH)
+    env.reset(seed=0)
+    with pytest.raises(EnvWorkerError, match="failed step in its worker"):
+        env.inner.step(np.zeros(9, np.uint8).reshape(3, 3).T[:0])  # an empty action the env cannot index
+    env.step(np.zeros(4))  # the worker goes on
+    env.close()
+
+
+def test_worker_start_errors(tmp_path):
+    with pytest.raises(InputError, match="not an executable file"):
+        WorkerEnv(str(tmp_path / "python"), REACH, {})
+    with pytest.raises(InputError, match="unknown Gymnasium env id"):
+        WorkerEnv(sys.executable, "NoSuchEnv-v9", {})
+    with pytest.raises(InputError, match="--env-expert foreign_envs:nothing: AttributeError"):
+        WorkerEnv(sys.executable, REACH, {}, "foreign_envs:nothing")
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    with pytest.raises(InputError, match="lacks (numpy|gymnasium)"):
+        WorkerEnv(str(bare / "bin" / "python"), REACH, {})
+
+
+# ------------------------------------------------------------------ the commands
+@pytest.mark.parametrize("args, needles", [
+    (["--env", "NoSuchEnv-v9"], ("--env NoSuchEnv-v9: unknown Gymnasium env id",)),
+    (["--env", REACH, "--env-map", "MAP"], ("state key 'velocity' is not in the observation",)),
+    (["--env", "foreign_envs:robot_rl_test/Discrete-v0"], ("Discrete action space",)),
+    (["--env", REACH, "--env-python", "/nonexistent/python"], ("--env-python /nonexistent/python: not an executable",)),
+    (["--env", REACH, "--demos", "3"], ("needs --env-expert",)),
+    (["--env", REACH, "--simulated-human", "0.5", "--demos", "0"], ("--simulated-human needs",)),
+    (["--env-python", sys.executable], ("give --env ID too",)),
+])
+def test_train_bad_env_input_is_one_line_exit_2(tmp_path, args, needles):
+    bad_map = tmp_path / "m.yaml"
+    bad_map.write_text("state: [agent, velocity]\n")
+    args = [str(bad_map) if a == "MAP" else a for a in args]
+    out = run_cli("train", "--demos", "0", *args, "--steps", "10", "--run-dir", str(tmp_path / "run"))
+    assert out.returncode == 2, out.stderr
+    one_line_error(out.stderr, *needles)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
+def test_train_record_and_eval_on_a_foreign_env_in_a_worker(tmp_path, env_map):
+    """A short run in a worker, its checkpoint evaluated and recorded from; the scripted policy's
+    episodes recorded into a store, which a second run takes as its demonstrations."""
+    common = ["--env", REACH, "--env-map", str(env_map), "--env-python", sys.executable]
+    demos = tmp_path / "demos.zarr"
+    out = run_cli("record", *common, "--env-expert", EXPERT, "--episodes", "3", "--images", "--image-size", "16",
+                  "--cameras", "top", "--out", str(demos))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 3 and summary["successes"] == 3 and summary["success_source"] == "info['is_success']"
+    run = tmp_path / "run"
+    out = run_cli("train", *common, "--demos", str(demos), "--steps", "60", "--eval-every", "60", "--eval-episodes", "3",
+                  "--final-eval-episodes", "3", "--pretrain-steps", "20", "--critic-warmup-steps", "20",
+                  "--run-dir", str(run), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    result = json.loads((run / "summary.json").read_text())
+    assert result["env"] == REACH and result["env_steps"] == 60 and result["demo_episodes" if False else "demos"] == 3
+    assert result["final"]["graded_by"] == "the env's info['is_success'], deterministic policy"
+    out = run_cli("eval", "--checkpoint", str(run), "--episodes", "3")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["task"] == REACH
+    out = run_cli("record", *common, "--policy", str(run), "--episodes", "2", "--out", str(tmp_path / "rollouts.zarr"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["episodes"] == 2
+
+
+@pytest.mark.integration
+def test_training_stops_with_one_line_when_the_worker_dies(tmp_path):
+    out = run_cli("train", "--env", REACH, "--env-python", sys.executable, "--env-kwargs", "die_at_step=25",
+                  "--demos", "0", "--random-steps", "10", "--steps", "200", "--eval-episodes", "1",
+                  "--run-dir", str(tmp_path / "run"), "--no-progress")
+    assert out.returncode == 2, out.stderr
+    line = one_line_error(out.stderr.strip().splitlines()[-1] + "\n", REACH, "died", "simulated crash at step 25")
+    assert "exit code 3" in line
+
+
+def test_record_with_a_teleop_device_drives_the_env(tmp_path, env_map):
+    """A device (here a scripted stand-in with the teleop devices' read()) drives the mapped env:
+    its translation fills the motion dimensions, its gripper the gripper; an operator's reset
+    event drops the take, success ends it as a success."""
+    from robot_rl.commands.record import record_env_rollouts
+    from robot_rl.config import RecordConfig
+    from robot_rl.teleop.devices import TeleopInput
+
+    class Operator:
+        def __init__(self):
+            self.reads = 0
+
+        def read(self):
+            self.reads += 1
+            if self.reads == 2:
+                return TeleopInput(np.zeros(7, np.float32), False, ("reset",))
+            if self.reads % 4 == 0:
+                return TeleopInput(np.zeros(7, np.float32), False, ("success",))
+            return TeleopInput(np.array([0.5, -0.5, 0.9, 0, 0, 0, 1.0], np.float32), True)
+
+    cfg = RecordConfig(env=REACH, env_map=str(env_map), teleop=None, env_expert=None, episodes=2, policy=None)
+    with pytest.raises(InputError, match="needs an actor"):
+        cfg.validate()
+    cfg.teleop = "keyboard"
+    summary = record_env_rollouts(tmp_path / "t.zarr", cfg, device=Operator(), clock=lambda: 0.0)
+    assert summary["episodes"] == 2 and summary["successes"] == 2 and summary["tries"] == 3
+    from robot_rl.data.store import EpisodeStore
+
+    store = EpisodeStore.open(tmp_path / "t.zarr")
+    ep = store.get_episode(0)
+    assert np.allclose(ep["action"][0], [0.5, -0.5, 1.0]) and ep["is_intervention"][0]
