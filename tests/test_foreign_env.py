@@ -22,6 +22,7 @@ REACH = "foreign_envs:robot_rl_test/Reach-v0"
 EXPERT = "foreign_envs:scripted_reach"
 MAP = """\
 state: [agent, goal]
+differences: [[goal, "agent[0:2]"]]
 cameras: {top: camera}
 action: {motion: [0, 1], fixed: {2: 0.0}}
 gripper: {index: 3, close: 1.0, stay: 0.0, open: -1.0, open_state: {key: agent, index: 2, below: 0.5}}
@@ -89,14 +90,15 @@ def test_a_frame_naming_an_object_dtype_is_refused():
 def test_map_applies_scale_fixed_dims_and_the_gripper(env_map):
     env = MappedEnv(LocalEnv(REACH, {}), read_env_map(env_map), REACH, ("top",), (8, 8))
     m = env.map
-    assert env.action_space.shape == (3,) and env.observation_space["state"].shape == (6,)
-    assert env.task.uses_gripper and env.task.gripper_open_index == 5
+    assert env.action_space.shape == (3,) and env.observation_space["state"].shape == (8,)
+    assert env.task.uses_gripper and env.task.gripper_open_index == 7
     assert np.allclose(m.to_env_action(np.array([0.5, -1.0, 1.0])), [0.5, -1.0, 0.0, 1.0])
     assert m.to_env_action(np.array([0, 0, 0.2]))[3] == 0.0 and m.to_env_action(np.array([0, 0, -0.9]))[3] == -1.0
     assert np.allclose(m.to_policy_action(np.array([0.25, 3.0, 0.7, 0.9])), [0.25, 1.0, 1.0])
     obs, _ = env.reset(seed=1)
     assert obs["images"]["top"].shape == (8, 8, 3) and obs["images"]["top"].dtype == np.uint8
-    assert obs["state"][-1] == 1.0  # gripper open
+    agent, goal = obs["state"][:3], obs["state"][3:5]
+    assert np.allclose(obs["state"][5:7], goal - agent[:2]) and obs["state"][-1] == 1.0  # the goal relative; open
     env.close()
 
 
@@ -124,6 +126,9 @@ def test_explicit_scale_and_success_from_the_reward(tmp_path):
     ("cameras: {top: goal}\n", "camera 'top' reads 'goal', which is <f4 (2,), not H x W x 3 uint8"),
     ("gripper: {index: 4}\n", "gripper index 4 is out of range: the action has 4 dimensions"),
     ("action: {motion: [0, 0]}\n", "repeats a dimension"),
+    ("differences: [[goal, agent]]\n", "'goal' has 2 numbers, 'agent' 3"),
+    ("state: ['agent[5:9]']\n", "selects nothing of 'agent'"),
+    ("state: ['agent[x]']\n", "is not key[i] or key[a:b]"),
     ("action: {motion: [0, 1], scale: [1, 2, 3]}\n", "3 numbers for 2 motion dimensions"),
     ("gripper: {index: 3, open_state: {key: agent, index: 9, below: 0.5}}\n", "open_state index 9 is out of range"),
 ])
@@ -325,3 +330,22 @@ def test_record_with_a_teleop_device_drives_the_env(tmp_path, env_map):
     store = EpisodeStore.open(tmp_path / "t.zarr")
     ep = store.get_episode(0)
     assert np.allclose(ep["action"][0], [0.5, -0.5, 1.0]) and ep["is_intervention"][0]
+
+
+@pytest.mark.learning
+def test_learns_a_foreign_env_in_a_worker(tmp_path, env_map):
+    """The default recipe on someone else's env, stepped in a worker process: ten scripted
+    demonstrations and 2,000 online steps reach a high success rate by the env's own
+    ``info["is_success"]``, over 50 evaluation episodes, above the behaviour-cloned start
+    (0.72 at step 0; 0.98 at 2,000 when measured)."""
+    from robot_rl.commands.train import train
+    from robot_rl.config import TrainConfig
+
+    cfg = TrainConfig(env=REACH, env_map=str(env_map), env_python=sys.executable, env_expert=EXPERT, demos=10,
+                      env_steps=2000, eval_every=1000, eval_episodes=50, final_eval_episodes=50, learner="inline",
+                      run_dir=str(tmp_path / "run"), progress=False)
+    summary = train(cfg, log=lambda m: None)
+    evals = [e["success_rate"] for e in summary["evals"]]
+    assert summary["final_eval_episodes"] == 50 and summary["success_source"] == "info['is_success']"
+    assert summary["final_success_rate"] >= 0.9, evals
+    assert summary["final_success_rate"] > evals[0], evals

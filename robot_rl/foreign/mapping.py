@@ -5,6 +5,9 @@ A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optiona
     kwargs: {random_block_position: true}   # gym.make keywords (--env-kwargs KEY=VALUE adds to them)
     setup: cpu_render.py:no_shadows         # called once with the unwrapped env, in its interpreter
     state: [agent_pos, environment_state]   # observation keys, concatenated into the state vector
+                                            # (a key may take a slice: "agent_pos[15:18]")
+    differences: [[environment_state, "agent_pos[15:18]"]]   # also appended: the first minus the second
+                                            # (an object relative to the hand, as the twin's state has it)
     cameras: {front: pixels/front, wrist: pixels/wrist}   # camera name: observation key (H x W x 3 uint8)
     action:
       motion: [0, 1, 2]      # the env's action dimensions the policy drives, in this order
@@ -37,7 +40,7 @@ import numpy as np
 from robot_rl.errors import InputError, MissingFileError
 
 SUCCESS_KEYS = ("is_success", "success", "succeed")
-MAP_KEYS = ("kwargs", "setup", "state", "cameras", "action", "gripper", "success", "success_reward")
+MAP_KEYS = ("kwargs", "setup", "state", "differences", "cameras", "action", "gripper", "success", "success_reward")
 
 
 class EnvMapError(InputError):
@@ -59,6 +62,7 @@ class EnvMap:
     kwargs: dict = field(default_factory=dict)
     setup: str | None = None
     state: list[str] | None = None
+    differences: list[tuple[str, str]] = field(default_factory=list)
     cameras: dict[str, str] | None = None
     motion: list[int] | None = None
     scale: list[float] | float | None = None
@@ -82,10 +86,19 @@ class EnvMap:
         state = self.state if self.state is not None else [k for k in leaves if k not in images and k not in bad]
         if not state:
             raise EnvMapError(f"{where}: no state keys (its observation keys: {', '.join(leaves)})")
-        for key in state:
+        sizes = {}
+        for ref in list(state) + [ref for pair in self.differences for ref in pair]:
+            key, part = parse_ref(ref, where)
             _known(key, leaves, where, "state")
             if key in bad or leaves[key]["dtype"][1] not in "biuf":
                 raise EnvMapError(f"{where}: state key {key!r} is a {leaves[key]['type']}, not a numeric Box")
+            sizes[ref] = len(range(_size(leaves[key]))[part])
+            if sizes[ref] == 0:
+                raise EnvMapError(f"{where}: {ref!r} selects nothing of {key!r} ({_size(leaves[key])} numbers)")
+        for first, second in self.differences:
+            if sizes[first] != sizes[second]:
+                raise EnvMapError(f"{where}: differences: {first!r} has {sizes[first]} numbers, {second!r} "
+                                  f"{sizes[second]}")
         cameras = self.cameras if self.cameras is not None else {k.split("/")[-1]: k for k in sorted(images)}
         for name, key in cameras.items():
             _known(key, leaves, where, f"camera {name!r}")
@@ -124,10 +137,12 @@ class EnvMap:
         base = np.clip(np.zeros(dims), np.nan_to_num(low, neginf=-1e30), np.nan_to_num(high, posinf=1e30))
         for i, value in self.fixed.items():
             base[int(i) % dims] = float(value)
-        return ResolvedMap(source=self.source, state=list(state), cameras=dict(cameras), motion=motion,
+        return ResolvedMap(source=self.source, state=list(state), differences=[tuple(p) for p in self.differences],
+                           cameras=dict(cameras), motion=motion,
                            scale=scale.astype(np.float64), offset=offset.astype(np.float64), base=base,
                            low=low, high=high, gripper=gripper, success=self.success,
-                           success_reward=self.success_reward, state_sizes=[_size(leaves[k]) for k in state],
+                           success_reward=self.success_reward,
+                           state_sizes=[sizes[k] for k in state] + [sizes[a] for a, _ in self.differences],
                            camera_shapes={n: tuple(leaves[k]["shape"]) for n, k in cameras.items()})
 
 
@@ -137,6 +152,7 @@ class ResolvedMap:
 
     source: str
     state: list[str]
+    differences: list[tuple[str, str]]
     cameras: dict[str, str]
     motion: list[int]
     scale: np.ndarray
@@ -185,7 +201,7 @@ class ResolvedMap:
         return float(value < spec["below"]) if "below" in spec else float(value > spec["above"])
 
     def state_of(self, obs: dict) -> np.ndarray:
-        parts = [np.asarray(obs[k], np.float32).ravel() for k in self.state]
+        parts = [select(obs, k) for k in self.state] + [select(obs, a) - select(obs, b) for a, b in self.differences]
         if self.gripper is not None and self.gripper.open_state is not None:
             parts.append(np.array([self.gripper_open(obs)], np.float32))
         return np.concatenate(parts)
@@ -204,6 +220,26 @@ class ResolvedMap:
                 return bool(info[key]), f"info[{key!r}]"
         threshold = 1.0 if self.success_reward is None else self.success_reward
         return bool(reward >= threshold), f"reward >= {threshold:g}"
+
+
+def parse_ref(ref: str, where: str = "env map") -> tuple[str, slice]:
+    """``"key"`` or ``"key[a:b]"`` / ``"key[i]"`` -> (key, the slice of its flattened numbers)."""
+    ref = str(ref)
+    if not ref.endswith("]") or "[" not in ref:
+        return ref, slice(None)
+    key, _, inside = ref[:-1].partition("[")
+    try:
+        if ":" in inside:
+            start, _, stop = inside.partition(":")
+            return key, slice(int(start) if start else None, int(stop) if stop else None)
+        return key, slice(int(inside), int(inside) + 1 or None)
+    except ValueError:
+        raise EnvMapError(f"{where}: {ref!r} is not key[i] or key[a:b]") from None
+
+
+def select(obs: dict, ref: str) -> np.ndarray:
+    key, part = parse_ref(ref)
+    return np.asarray(obs[key], np.float32).ravel()[part]
 
 
 def flat_leaves(space: dict, prefix: str = "") -> dict[str, dict]:
@@ -271,7 +307,10 @@ def read_env_map(path: str | Path | None) -> EnvMap:
             gripper = Gripper(**{k: (int(v) if k == "index" else v if k == "open_state" else float(v))
                                  for k, v in gripper.items()})
         state = data.get("state")
-        return EnvMap(source=str(path), kwargs=dict(data.get("kwargs") or {}), setup=data.get("setup"),
+        differences = data.get("differences") or []
+        if not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in differences):
+            raise EnvMapError(f"env map {path}: differences is a list of [key, key] pairs")
+        return EnvMap(differences=[(str(a), str(b)) for a, b in differences],source=str(path), kwargs=dict(data.get("kwargs") or {}), setup=data.get("setup"),
                       state=[str(k) for k in ([state] if isinstance(state, str) else state)] if state is not None else None,
                       cameras={str(k): str(v) for k, v in data["cameras"].items()} if data.get("cameras") is not None else None,
                       motion=[int(i) for i in action["motion"]] if "motion" in action else None,

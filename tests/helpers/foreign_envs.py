@@ -6,7 +6,7 @@ folder on its PYTHONPATH; so does gym.make in process, with the folder on sys.pa
 ``Reach-v0``: a point finger moves in the plane (action dims 0, 1; dim 2 is ignored, like
 gym_hil's rotations) to a goal, then closes its gripper (dim 3, a delta on the gripper's
 command like gym_hil's); success (``info["is_success"]``, terminated) is a closed gripper
-within 4 cm of the goal. Observation: ``agent`` (finger x, y, gripper 0..1), ``goal`` (x, y)
+within 10 cm of the goal. Observation: ``agent`` (finger x, y, gripper 0..1), ``goal`` (x, y)
 and ``camera`` (16 x 16 x 3 uint8, the finger and goal drawn). ``die_at_step`` kills the
 process at that step (a crashing env), ``bad_camera`` makes the camera float32.
 """
@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 STEP = 0.05
+RADIUS = 0.1  # success: the gripper closed this near the goal
 
 
 class Reach(gym.Env):
@@ -58,7 +59,7 @@ class Reach(gym.Env):
         action = np.clip(np.asarray(action, np.float64), -1, 1)
         self.pos = np.clip(self.pos + STEP * action[:2], -1, 1)
         self.grip = float(np.clip(self.grip + action[3], 0, 1))
-        success = bool(self.grip > 0.5 and np.linalg.norm(self.pos - self.goal) < 0.04)
+        success = bool(self.grip > 0.5 and np.linalg.norm(self.pos - self.goal) < RADIUS)
         return self._obs(), float(success), success, False, {"is_success": success, "distance": float(
             np.linalg.norm(self.pos - self.goal))}
 
@@ -72,7 +73,7 @@ class Discrete(Reach):
 def scripted_reach(obs):
     """The demonstrator: straight to the goal, then close."""
     delta = obs["goal"] - obs["agent"][:2]
-    close = np.linalg.norm(delta) < 0.03
+    close = np.linalg.norm(delta) < RADIUS / 2
     move = np.zeros(2) if close else np.clip(delta / STEP, -1, 1)
     return np.array([*move, 0.0, 1.0 if close else -1.0])
 
