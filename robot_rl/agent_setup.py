@@ -30,7 +30,7 @@ def check_train_config(cfg: TrainConfig) -> None:
             read_info(Path(cfg.demo_store))
             if cfg.demo_map:
                 read_map(cfg.demo_map)
-    if cfg.human_eagerness > 0:
+    if cfg.human_eagerness > 0 and not cfg.env:  # on an env of your own, its scripted policy drives
         check_expert(cfg.task, "the simulated human (--simulated-human)")
     check_frozen_encoder(cfg)
     check_reward_classifier(cfg)

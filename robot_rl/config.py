@@ -203,10 +203,9 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
     def validate(self) -> None:
         self.validate_env()
         if self.env is not None:
-            if self.human_eagerness > 0:
-                raise InputError("--simulated-human needs the twin's scripted expert, which judges the task's progress; "
-                                 f"--env {self.env} has none: correct the policy with a teleop device or the console "
-                                 "instead")
+            if self.human_eagerness > 0 and not self.env_expert:
+                raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "
+                                 "--env-expert MODULE:FUNCTION")
             if self.demos > 0 and not self.demo_store and not self.env_expert:
                 raise InputError(f"--demos {self.demos} records scripted demonstrations: --env {self.env} needs "
                                  "--env-expert MODULE:FUNCTION for them (or --demos STORE, or --demos 0)")

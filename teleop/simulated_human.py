@@ -121,3 +121,43 @@ class SimulatedHuman:
         """Judge the policy afresh from here."""
         self.left = 0
         self.best, self.since_gain = progress, 0
+
+
+class ScriptedOperator:
+    """The simulated human on a Gymnasium env of your own (``robot-rl train --env`` with
+    ``--env-expert``): its scripted policy drives, but nothing measures the task's progress the
+    way the twin's experts do, so this operator watches the clock. Once an episode has run
+    ``patience`` steps without ending, it takes over for ``takeover_steps`` steps, at most
+    ``max_takeovers`` times an episode, the next one ``patience`` steps after it hands back.
+    ``patience`` is an eighth of the episode's time limit divided by the eagerness (gym_hil's
+    100 steps at eagerness 0.5: 25 steps). ``expert_action()`` is the scripted policy's action
+    for the current observation, in the policy's action space (``MappedEnv.expert_action``)."""
+
+    def __init__(self, expert_action, episode_limit: int, config: SimulatedHumanConfig | None = None):
+        self.config = config or SimulatedHumanConfig()
+        self.config.validate()
+        self.expert_action = expert_action
+        self.patience = max(1, round(max(int(episode_limit or 100), 8) / 8 / self.config.eagerness))
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps, self.left, self.driven, self.takeovers = 0, 0, 0, 0
+        self.next_at, self.reason = self.patience, ""
+
+    @property
+    def intervening(self) -> bool:
+        return self.left > 0
+
+    def __call__(self, obs: dict) -> np.ndarray | None:
+        self.steps += 1
+        if not self.left:
+            if self.takeovers >= self.config.max_takeovers or self.steps <= self.next_at:
+                return None
+            self.takeovers += 1
+            self.left, self.driven = self.config.takeover_steps, 0
+            self.reason = f"no success after {self.steps - 1} steps"
+        self.left -= 1
+        self.driven += 1
+        if not self.left:
+            self.next_at = self.steps + self.patience
+        return self.expert_action()

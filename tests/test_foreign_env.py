@@ -249,7 +249,7 @@ def test_worker_start_errors(tmp_path):
     (["--env", "foreign_envs:robot_rl_test/Discrete-v0"], ("Discrete action space",)),
     (["--env", REACH, "--env-python", "/nonexistent/python"], ("--env-python /nonexistent/python: not an executable",)),
     (["--env", REACH, "--demos", "3"], ("needs --env-expert",)),
-    (["--env", REACH, "--simulated-human", "0.5", "--demos", "0"], ("--simulated-human needs",)),
+    (["--env", REACH, "--simulated-human", "0.5", "--demos", "0"], ("--simulated-human on --env", "--env-expert")),
     (["--env-python", sys.executable], ("give --env ID too",)),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, args, needles):
@@ -349,3 +349,34 @@ def test_learns_a_foreign_env_in_a_worker(tmp_path, env_map):
     assert summary["final_eval_episodes"] == 50 and summary["success_source"] == "info['is_success']"
     assert summary["final_success_rate"] >= 0.9, evals
     assert summary["final_success_rate"] > evals[0], evals
+
+
+def test_the_scripted_operator_takes_over_when_an_episode_runs_long(env_map):
+    """--simulated-human on an env of your own: after patience steps without an end, the scripted
+    policy drives for takeover_steps, at most max_takeovers times an episode."""
+    from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHumanConfig
+
+    env = MappedEnv(open_env(REACH, {}, None, EXPERT), read_env_map(env_map), REACH)
+    human = ScriptedOperator(env.expert_action, env.max_episode_steps,
+                             SimulatedHumanConfig(eagerness=0.5, takeover_steps=3, max_takeovers=2))
+    assert human.patience == 10  # 40 steps / 8 / 0.5
+    env.reset(seed=0)
+    human.reset()
+    driven = [human({}) is not None for _ in range(40)]
+    assert driven[:10] == [False] * 10 and driven[10:13] == [True] * 3
+    assert driven[13:23] == [False] * 10 and driven[23:26] == [True] * 3 and not any(driven[26:])
+    assert human.takeovers == 2 and human.reason == "no success after 23 steps"
+    env.close()
+
+
+@pytest.mark.integration
+def test_train_with_the_scripted_operator_flags_its_steps(tmp_path, env_map):
+    from robot_rl.commands.train import train
+    from robot_rl.config import TrainConfig
+
+    cfg = TrainConfig(env=REACH, env_map=str(env_map), env_expert=EXPERT, demos=2, human_eagerness=1.0,
+                      human_takeover_steps=5, env_steps=120, eval_every=120, eval_episodes=2, final_eval_episodes=2,
+                      pretrain_steps=10, critic_warmup_steps=10, learner="inline", run_dir=str(tmp_path / "run"),
+                      progress=False)
+    summary = train(cfg, log=lambda m: None)
+    assert summary["interventions"] > 0 and summary["intervention_steps"] >= summary["interventions"]

@@ -123,3 +123,15 @@ def test_missing_import_linter_is_one_clear_error(tree, monkeypatch):
     with pytest.raises(lint_imports.LinterMissing, match=r"install the dev extra") as err:
         lint_imports.lint(tree)
     assert isinstance(err.value, UserFacingError) and "\n" not in str(err.value)
+
+
+def test_the_env_worker_imports_nothing_of_robot_rl():
+    """robot_rl/foreign/worker.py runs in the env's own interpreter (--env-python), which has
+    gymnasium and numpy but not robot_rl: it imports the standard library, numpy and gymnasium only."""
+    import ast
+
+    tree = ast.parse((REPO / "robot_rl" / "foreign" / "worker.py").read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    allowed = set(sys.stdlib_module_names) | {"numpy", "gymnasium", "__future__"}
+    assert names and names <= allowed, names - allowed

@@ -261,7 +261,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         def act(raw: dict, obs: dict) -> np.ndarray:
             return env.action_space.sample() if actor_state["env_steps"] < random_until else policy.act(obs)
 
-        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg), learner=learner,
+        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg, cell), learner=learner,
                          recorder=training_recorder(cfg, cell, run_dir), log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
@@ -412,10 +412,19 @@ def count_episode(actor_state: dict, episode: dict, cfg: TrainConfig, logger, st
                             episode["episode_steps"], logger, step)
 
 
-def make_human(cfg: TrainConfig):
+def make_human(cfg: TrainConfig, cell=None):
+    """The simulated human: the twin's (its scripted expert judges progress), or on a Gymnasium env
+    the ``ScriptedOperator`` driving with the env's scripted policy (``--env-expert``)."""
     if cfg.human_eagerness <= 0:
         return None
-    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+    from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHuman, SimulatedHumanConfig
+
+    if cfg.env:
+        mapped = cell.unwrapped
+        return ScriptedOperator(mapped.expert_action, mapped.max_episode_steps,
+                                SimulatedHumanConfig(eagerness=cfg.human_eagerness,
+                                                     takeover_steps=cfg.human_takeover_steps,
+                                                     max_takeovers=cfg.human_max_takeovers))
 
     return SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.human_eagerness,
                                                          takeover_steps=cfg.human_takeover_steps,
