@@ -465,6 +465,8 @@ def demo_source(cfg) -> str:
         if (Path(cfg.demo_store) / "meta" / "info.json").is_file():
             return f"LeRobotDataset {cfg.demo_store} (imported for the run)"
         return f"episode store {cfg.demo_store}"
+    if getattr(cfg, "demos", 0) and getattr(cfg, "env", None):
+        return f"{cfg.demos} demonstrations by the scripted policy {cfg.env_expert}, recorded at the start"
     if getattr(cfg, "demos", 0):
         return f"{cfg.demos} scripted expert demonstrations (action noise {cfg.demo_noise}), recorded at the start"
     return "none"

@@ -349,6 +349,7 @@ def test_learns_a_foreign_env_in_a_worker(tmp_path, env_map):
     assert summary["final_eval_episodes"] == 50 and summary["success_source"] == "info['is_success']"
     assert summary["final_success_rate"] >= 0.9, evals
     assert summary["final_success_rate"] > evals[0], evals
+    assert summary["demo_source"] == f"10 demonstrations by the scripted policy {EXPERT}, recorded at the start"
 
 
 def test_the_scripted_operator_takes_over_when_an_episode_runs_long(env_map):
