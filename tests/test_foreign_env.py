@@ -252,13 +252,14 @@ def test_worker_start_errors(tmp_path):
     (["--env", REACH, "--simulated-human", "0.5", "--demos", "0"], ("--simulated-human on --env", "--env-expert")),
     (["--env-python", sys.executable], ("give --env ID too",)),
 ])
-def test_train_bad_env_input_is_one_line_exit_2(tmp_path, args, needles):
+def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
+    from robot_rl.commands.cli import main
+
     bad_map = tmp_path / "m.yaml"
     bad_map.write_text("state: [agent, velocity]\n")
     args = [str(bad_map) if a == "MAP" else a for a in args]
-    out = run_cli("train", "--demos", "0", *args, "--steps", "10", "--run-dir", str(tmp_path / "run"))
-    assert out.returncode == 2, out.stderr
-    one_line_error(out.stderr, *needles)
+    assert main(["train", "--demos", "0", *args, "--steps", "10", "--run-dir", str(tmp_path / "run")]) == 2
+    one_line_error(capsys.readouterr().err, *needles)
     assert not (tmp_path / "run").exists()
 
 
