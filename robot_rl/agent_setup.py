@@ -75,7 +75,7 @@ def check_reward_classifier(cfg: TrainConfig) -> None:
 
     config = read_classifier_config(cfg.reward_classifier)
     unknown = [cam for cam in config.cameras if cam not in SIM_CAMERAS]
-    if unknown:
+    if unknown and not getattr(cfg, "env", None):  # an env of your own: its map's cameras (MappedEnv checks)
         raise ClassifierError(f"reward classifier {cfg.reward_classifier} reads camera {unknown[0]!r}, which the "
                               f"twin does not render (its cameras: {', '.join(SIM_CAMERAS)})")
     (h, w), (run_h, run_w) = config.image_size, cfg.image_size

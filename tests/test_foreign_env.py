@@ -382,3 +382,26 @@ def test_train_with_the_scripted_operator_flags_its_steps(tmp_path, env_map):
                       progress=False)
     summary = train(cfg, log=lambda m: None)
     assert summary["interventions"] > 0 and summary["intervention_steps"] >= summary["interventions"]
+
+
+@pytest.mark.integration
+def test_a_success_classifier_on_the_maps_cameras_rewards_a_foreign_run(tmp_path, capsys):
+    """record --env with the map's camera, classifier train on that store, then train --env with
+    --reward-classifier: the classifier scores the map's camera; the env's own success grades."""
+    from robot_rl.commands.cli import main
+
+    env_map = tmp_path / "reach.yaml"
+    env_map.write_text(MAP)
+    common = ["--env", REACH, "--env-map", str(env_map), "--env-expert", EXPERT]
+    store, clf = tmp_path / "takes.zarr", tmp_path / "clf"
+    assert main(["record", *common, "--episodes", "6", "--images", "--image-size", "32", "--cameras", "top",
+                 "--out", str(store)]) == 0
+    assert main(["classifier", "train", "--data", str(store), "--out", str(clf), "--steps", "20"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    assert main(["train", *common, "--demos", "2", "--reward-classifier", str(clf), "--steps", "40", "--eval-every", "40",
+                 "--eval-episodes", "2", "--final-eval-episodes", "2", "--pretrain-steps", "10",
+                 "--critic-warmup-steps", "10", "--run-dir", str(run), "--no-progress"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["reward"] == "classifier" and summary["success_source"] == "info['is_success']"
+    assert sum(summary["classifier_episodes"].values()) == summary["episodes"]
