@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image as PILImage
 
+from robot_rl.contract import resize_frame
 from robot_rl.errors import UserFacingError
 
 
@@ -49,9 +49,7 @@ def crop_resize(image: np.ndarray, crop: tuple[int, int, int, int] | None, size:
         if top + h > image.shape[0] or left + w > image.shape[1]:
             raise CameraError(f"crop {crop} falls outside the {image.shape[0]}x{image.shape[1]} sensor image")
         image = image[top : top + h, left : left + w]
-    if size is not None and tuple(image.shape[:2]) != tuple(size):
-        image = np.asarray(PILImage.fromarray(image).resize((size[1], size[0]), PILImage.BILINEAR))
-    return np.ascontiguousarray(image)
+    return resize_frame(image, size)
 
 
 class RealSenseCamera:

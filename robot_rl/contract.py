@@ -124,6 +124,17 @@ class SafetyBox:
         return bool(np.all(pos >= np.asarray(self.low) - tol) and np.all(pos <= np.asarray(self.high) + tol))
 
 
+def resize_frame(image: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
+    """An H x W x 3 uint8 frame at ``size`` (H, W; None: as it is), bilinear (antialiased when it
+    shrinks): how a camera driver and a mapped env's cameras bring frames to the policy's size."""
+    image = np.asarray(image)
+    if size is not None and tuple(image.shape[:2]) != tuple(size):
+        from PIL import Image
+
+        image = np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BILINEAR))
+    return np.ascontiguousarray(image)
+
+
 def action_space() -> gym.spaces.Box:
     return gym.spaces.Box(-1.0, 1.0, shape=(ACTION_DIM,), dtype=np.float32)
 

@@ -66,11 +66,8 @@ def env_settings(c, trained: dict):
 
     fields = [f.name for f in dataclasses.fields(EnvConfig)]
     given = {f: getattr(c, f) for f in fields if getattr(c, f) not in (None, ())}
-    if given and "env" not in given:
-        given = {**{f: trained.get(f) for f in fields}, **given}
-    chosen = given if given else {f: trained.get(f) for f in fields}
-    chosen["env_kwargs"] = tuple(chosen.get("env_kwargs") or ())
-    return types.SimpleNamespace(**{f: chosen.get(f) for f in fields})
+    chosen = {**({} if c.env else {f: trained.get(f) for f in fields}), **given}  # another env: its settings alone
+    return types.SimpleNamespace(**{**dict.fromkeys(fields), **chosen, "env_kwargs": tuple(chosen.get("env_kwargs") or ())})
 
 
 def make_run_env(foreign, trained: dict):

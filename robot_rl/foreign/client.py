@@ -62,7 +62,6 @@ class LocalEnv:
         self.action_space = describe_space(self.env.action_space)
         self.max_episode_steps = self.env.spec.max_episode_steps if self.env.spec is not None else None
         self.control_hz = worker.control_hz(self.env)
-        self.where = "in process"
         self._last = None
 
     def reset(self, seed: int | None = None) -> tuple[dict, dict]:
@@ -102,7 +101,6 @@ class WorkerEnv:
         self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_done = threading.Event()
         threading.Thread(target=self._drain_stderr, daemon=True, name="env-worker-stderr").start()
-        self.where = f"in a worker process of {python}"
         try:
             hello = self._reply("start")
         except EnvWorkerError as exc:
@@ -118,7 +116,6 @@ class WorkerEnv:
                                hello.get("error", ""))
         self.observation_space, self.action_space = hello["observation_space"], hello["action_space"]
         self.max_episode_steps, self.control_hz = hello.get("max_episode_steps"), hello.get("control_hz")
-        self.versions = {k: hello.get(k) for k in ("python", "gymnasium", "numpy")}
 
     def _drain_stderr(self) -> None:
         for raw in iter(self.proc.stderr.readline, b""):

@@ -12,7 +12,7 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.contract import ControlLimits
+from robot_rl.contract import ControlLimits, resize_frame
 from robot_rl.errors import InputError
 from robot_rl.foreign.client import open_env
 from robot_rl.foreign.mapping import EnvMap, parse_env_kwargs, read_env_map
@@ -60,7 +60,7 @@ class MappedEnv(gym.Env):
     def _observation(self, flat: dict) -> dict:
         obs = {"state": self.map.state_of(flat)}
         if self.cameras:
-            obs["images"] = {cam: resize(flat[self.map.cameras[cam]], self.image_size) for cam in self.cameras}
+            obs["images"] = {cam: resize_frame(flat[self.map.cameras[cam]], self.image_size) for cam in self.cameras}
         return obs
 
     def reset(self, *, seed: int | None = None, options=None):
@@ -84,17 +84,6 @@ class MappedEnv(gym.Env):
         self.inner.close()
 
 
-def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """An H x W x 3 uint8 frame at ``size`` (H, W), area-averaged when it shrinks."""
-    image = np.asarray(image)
-    if image.shape[:2] == tuple(size):
-        return np.ascontiguousarray(image)
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BOX if image.shape[0] > size[0]
-                                                    else Image.BILINEAR))
-
-
 class ScriptedExpert:
     """The env's scripted policy as the demonstrator ``rollout.collect_demos`` runs."""
 
@@ -106,11 +95,6 @@ class ScriptedExpert:
 
     def __call__(self, raw: dict) -> np.ndarray:
         return self.env.expert_action()
-
-
-def env_kwargs(cfg) -> dict:
-    """The run's gym.make keywords: the map's ``kwargs``, then ``--env-kwargs``."""
-    return {**read_env_map(cfg.env_map).kwargs, **parse_env_kwargs(cfg.env_kwargs)}
 
 
 def make_foreign_env(cfg, cameras: tuple[str, ...] = (), image_size=(64, 64), reward_classifier: str | None = None):

@@ -134,7 +134,7 @@ class EnvMap:
             if scale.shape != (len(motion),):
                 raise EnvMapError(f"{where}: action.scale has {scale.size} numbers for {len(motion)} motion dimensions")
             offset = np.zeros(len(motion))
-        base = np.clip(np.zeros(dims), np.nan_to_num(low, neginf=-1e30), np.nan_to_num(high, posinf=1e30))
+        base = np.clip(np.zeros(dims), low, high)
         for i, value in self.fixed.items():
             base[int(i) % dims] = float(value)
         return ResolvedMap(source=self.source, state=list(state), differences=[tuple(p) for p in self.differences],
