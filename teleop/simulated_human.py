@@ -23,6 +23,7 @@ the new baseline).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,12 +132,16 @@ class ScriptedOperator:
     ``max_takeovers`` times an episode, the next one ``patience`` steps after it hands back.
     ``patience`` is an eighth of the episode's time limit divided by the eagerness (gym_hil's
     100 steps at eagerness 0.5: 25 steps). ``expert_action()`` is the scripted policy's action
-    for the current observation, in the policy's action space (``MappedEnv.expert_action``)."""
+    for the current observation, in the policy's action space (``MappedEnv.expert_action``).
+    ``succeeded()`` (``MappedEnv.succeeded``): the episode has reached success; from then on the
+    operator stands by, as a person does once the task is done (a takeover under way hands back),
+    so an env that runs on to its time limit after success is not taken over in its last steps."""
 
-    def __init__(self, expert_action, episode_limit: int, config: SimulatedHumanConfig | None = None):
+    def __init__(self, expert_action, episode_limit: int, config: SimulatedHumanConfig | None = None,
+                 succeeded: Callable[[], bool] | None = None):
         self.config = config or SimulatedHumanConfig()
         self.config.validate()
-        self.expert_action = expert_action
+        self.expert_action, self.succeeded = expert_action, succeeded
         self.patience = max(1, round(max(int(episode_limit or 100), 8) / 8 / self.config.eagerness))
         self.reset()
 
@@ -150,6 +155,9 @@ class ScriptedOperator:
 
     def __call__(self, obs: dict) -> np.ndarray | None:
         self.steps += 1
+        if self.succeeded is not None and self.succeeded():
+            self.left = 0  # the task is done: hands off
+            return None
         if not self.left:
             if self.takeovers >= self.config.max_takeovers or self.steps <= self.next_at:
                 return None

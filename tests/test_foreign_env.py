@@ -371,6 +371,125 @@ def test_the_scripted_operator_takes_over_when_an_episode_runs_long(env_map):
     env.close()
 
 
+def scripted_episode(env, seed: int, act=None) -> list:
+    """(terminated, truncated, success, driven by ``act``'s caller) per step of one episode by ``act``
+    (default: the scripted policy) until the env ends it."""
+    env.reset(seed=seed)
+    out = []
+    while True:
+        action = env.expert_action() if act is None else act()
+        _, _, terminated, truncated, info = env.step(np.zeros(3) if action is None else action)
+        out.append((terminated, truncated, info["success"], action is not None))
+        if terminated or truncated:
+            return out
+
+
+@pytest.mark.parametrize("line, ends", [("", False), ("end_on_success: false\n", False),
+                                        ("end_on_success: true\n", True)])
+def test_end_on_success_ends_an_env_that_runs_to_its_time_limit(tmp_path, line, ends):
+    """An env that reports success and runs on to its time limit (Reach's run_to_limit, as
+    gymnasium-robotics' Fetch tasks): with end_on_success the first successful step ends the episode,
+    terminated; without it (the default) the episode runs its 40 steps, truncated."""
+    path = tmp_path / "m.yaml"
+    path.write_text(MAP + line)
+    env = MappedEnv(open_env(REACH, {"run_to_limit": True}, None, EXPERT), read_env_map(path), REACH)
+    try:
+        for seed in range(3):
+            steps = scripted_episode(env, seed)
+            first = next(i for i, (_, _, success, _) in enumerate(steps) if success)
+            assert first < 39 and env.succeeded
+            if ends:
+                assert len(steps) == first + 1 and steps[-1][:3] == (True, False, True)
+            else:
+                assert len(steps) == 40 and steps[-1][:2] == (False, True) and not any(t for t, *_ in steps)
+                assert all(success for _, _, success, _ in steps[first:])  # it stays solved, and runs on
+            env.reset(seed=seed)
+            assert not env.succeeded  # a new episode
+    finally:
+        env.close()
+
+
+def test_evaluation_and_training_end_at_success_with_end_on_success(tmp_path):
+    """The run's envs (``make_foreign_env``, which training, its evaluation, eval and record all
+    build) honour the key: ``evaluate``'s episodes and the actor loop's end at success."""
+    import types
+
+    from robot_rl.actor import ActorLoop
+    from robot_rl.envs import FlatObservation
+    from robot_rl.foreign.env import make_foreign_env
+    from robot_rl.rollout import evaluate
+
+    path = tmp_path / "m.yaml"
+    cfg = types.SimpleNamespace(env=REACH, env_map=str(path), env_kwargs=("run_to_limit=true",), env_python=None,
+                                env_expert=EXPERT)
+    lengths = {}
+    for ends in (False, True):
+        path.write_text(MAP + f"end_on_success: {str(ends).lower()}\n")
+        cell = make_foreign_env(cfg)
+        mapped = cell.unwrapped
+        try:
+            result = evaluate(lambda obs: mapped.expert_action(), FlatObservation(cell, "state"), episodes=3, seed=0)
+            assert result["success_rate"] == 1.0
+            lengths[ends] = result["episode_length"]
+            loop = ActorLoop(cell, observe=lambda raw: raw, act=lambda raw, obs: mapped.expert_action(),
+                             log=lambda m: None)
+            loop.start(seed=0)
+            while (step := loop.step()).episode is None:
+                pass
+            assert step.episode["success"]
+            assert (step.episode["episode_steps"] < 40) == ends and step.info["success"]
+        finally:
+            cell.close()
+    assert lengths[False] == 40 and lengths[True] < 40
+
+
+@pytest.mark.parametrize("value", ["yes please", "1", "[true]", "{on: 1}"])
+def test_end_on_success_of_the_wrong_type_is_one_line_naming_the_file_and_field(tmp_path, capsys, value):
+    from robot_rl.commands.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(MAP + f"end_on_success: {value}\n")
+    with pytest.raises(EnvMapError) as err:
+        read_env_map(path)
+    text = str(err.value)
+    assert text.startswith(f"env map {path}: end_on_success is true or false, got ") and "\n" not in text
+    assert main(["train", "--env", REACH, "--env-map", str(path), "--demos", "0", "--steps", "10",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    one_line_error(capsys.readouterr().err, str(path), "end_on_success")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_scripted_operator_stands_by_once_the_episode_has_succeeded(env_map):
+    """On an env that runs on after success, the operator (built as training builds it) drives the
+    scripted policy to success in its takeover, then hands back and stays off for the rest of the
+    episode; one that does not watch success drives its whole takeover and takes over again."""
+    from robot_rl.commands.train import make_human
+    from robot_rl.config import TrainConfig
+    from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHumanConfig
+
+    env = MappedEnv(open_env(REACH, {"run_to_limit": True}, None, EXPERT), read_env_map(env_map), REACH)
+    try:
+        cfg = TrainConfig(env=REACH, env_expert=EXPERT, human_eagerness=1.0, human_takeover_steps=25,
+                          human_max_takeovers=3)
+        human = make_human(cfg, env)
+        blind = ScriptedOperator(env.expert_action, env.max_episode_steps, SimulatedHumanConfig(
+            eagerness=1.0, takeover_steps=25, max_takeovers=3))
+        assert human.patience == blind.patience == 5  # 40 steps / 8 / 1.0
+        for operator in (human, blind):
+            operator.reset()
+            steps = scripted_episode(env, 0, lambda: operator({}))  # the policy holds still (zeros)
+            first = next(i for i, (_, _, success, _) in enumerate(steps) if success)
+            driven = [by_human for *_, by_human in steps]
+            assert len(steps) == 40 and all(success for _, _, success, _ in steps[first:])
+            assert driven[:5] == [False] * 5 and all(driven[5:first + 1])  # the takeover brought success
+            if operator is human:
+                assert not any(driven[first + 1:]) and operator.takeovers == 1 and not operator.intervening
+            else:
+                assert any(driven[first + 1:]) and operator.takeovers > 1
+    finally:
+        env.close()
+
+
 @pytest.mark.integration
 def test_train_with_the_scripted_operator_flags_its_steps(tmp_path, env_map):
     from robot_rl.commands.train import train

@@ -31,7 +31,9 @@ class ForeignTask:
 
 class MappedEnv(gym.Env):
     """See the module's doc. ``info`` gains ``success`` (by the map's rule; ``success_source`` says
-    which) as the twin's does."""
+    which) as the twin's does. With the map's ``end_on_success`` the step that says success ends
+    the episode (terminated), for an env that would run on to its time limit. ``succeeded``: this
+    episode has had a successful step (what an operator watching the scene stands by on)."""
 
     full_state = True  # the mapped state is the policy's whole state observation (no privileged poses)
 
@@ -56,6 +58,7 @@ class MappedEnv(gym.Env):
         self.task = ForeignTask(env_id, gripper is not None, open_index, inner.max_episode_steps)
         self.limits = ControlLimits(control_hz=float(getattr(inner, "control_hz", None) or 10.0))
         self.success_source: str | None = None  # what said success at the last step
+        self.succeeded = False  # success at some step of this episode
 
     def _observation(self, flat: dict) -> dict:
         obs = {"state": self.map.state_of(flat)}
@@ -65,6 +68,7 @@ class MappedEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options=None):
         flat, info = self.inner.reset(seed=seed)
+        self.succeeded = False
         return self._observation(flat), info
 
     def step(self, action):
@@ -74,6 +78,9 @@ class MappedEnv(gym.Env):
                              f"numbers, got {action.tolist()}")
         flat, reward, terminated, truncated, info = self.inner.step(self.map.to_env_action(np.clip(action, -1, 1)))
         success, self.success_source = self.map.success_of(info, reward)
+        self.succeeded = self.succeeded or success
+        if success and self.map.end_on_success:
+            terminated, truncated = True, False  # the task is done: a terminal step, not a cut-off one
         return self._observation(flat), reward, terminated, truncated, {**info, "success": success}
 
     def expert_action(self) -> np.ndarray:
@@ -100,10 +107,13 @@ class ScriptedExpert:
 def make_foreign_env(cfg, cameras: tuple[str, ...] = (), image_size=(64, 64), reward_classifier: str | None = None):
     """``cfg.env`` (with ``env_kwargs``, ``env_map``, ``env_python``, ``env_expert``) as the run's cell,
     rendering ``cameras``; with ``reward_classifier`` the reward and the episode end come from the
-    success classifier (whose cameras it renders too, at its size without pixels), as on the twin."""
+    success classifier (whose cameras it renders too, at its size without pixels), as on the twin:
+    the map's ``end_on_success`` is then left to the classifier's success (``ClassifierReward`` ends
+    the episode there), never the env's own, which the run does not reward."""
     env_map = read_env_map(cfg.env_map)
     classifier = None
     if reward_classifier is not None:
+        env_map = dataclasses.replace(env_map, end_on_success=False)
         from robot_rl.reward.classifier import load_classifier
 
         classifier, calibration = load_classifier(reward_classifier)

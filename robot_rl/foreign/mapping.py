@@ -23,6 +23,9 @@ A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optiona
     success: succeed         # the info key of success
     success_reward: 1.0      # or: a step's reward at or above this is success
                              # (neither: info's is_success, success or succeed, the first it has; else reward >= 1)
+    end_on_success: true     # end the episode (terminated) at the step success is first seen, as HIL-SERL does,
+                             # for an env that runs on to its time limit after success (default false: the
+                             # env's own ends; under --reward-classifier the classifier's success ends it instead)
 
 Nested Dict observations are named ``outer/inner``; a Box observation is ``obs``. Without a map,
 the state is every non-image Box key, the cameras every H x W x 3 uint8 key, and every action
@@ -40,7 +43,8 @@ import numpy as np
 from robot_rl.errors import InputError, MissingFileError
 
 SUCCESS_KEYS = ("is_success", "success", "succeed")
-MAP_KEYS = ("kwargs", "setup", "state", "differences", "cameras", "action", "gripper", "success", "success_reward")
+MAP_KEYS = ("kwargs", "setup", "state", "differences", "cameras", "action", "gripper", "success", "success_reward",
+            "end_on_success")
 
 
 class EnvMapError(InputError):
@@ -70,6 +74,7 @@ class EnvMap:
     gripper: Gripper | None = None
     success: str | None = None
     success_reward: float | None = None
+    end_on_success: bool = False
 
     def resolve(self, obs_space: dict, action_space: dict, env_id: str) -> "ResolvedMap":
         """Checked against the env's spaces (``worker.describe_space`` descriptions)."""
@@ -141,7 +146,7 @@ class EnvMap:
                            cameras=dict(cameras), motion=motion,
                            scale=scale.astype(np.float64), offset=offset.astype(np.float64), base=base,
                            low=low, high=high, gripper=gripper, success=self.success,
-                           success_reward=self.success_reward,
+                           success_reward=self.success_reward, end_on_success=self.end_on_success,
                            state_sizes=[sizes[k] for k in state] + [sizes[a] for a, _ in self.differences],
                            camera_shapes={n: tuple(leaves[k]["shape"]) for n, k in cameras.items()})
 
@@ -165,6 +170,7 @@ class ResolvedMap:
     success_reward: float | None
     state_sizes: list[int]
     camera_shapes: dict[str, tuple]
+    end_on_success: bool = False  # the episode ends (terminated) at the step ``success_of`` says success
 
     @property
     def action_dim(self) -> int:
@@ -310,13 +316,18 @@ def read_env_map(path: str | Path | None) -> EnvMap:
         differences = data.get("differences") or []
         if not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in differences):
             raise EnvMapError(f"env map {path}: differences is a list of [key, key] pairs")
+        end_on_success = data.get("end_on_success")
+        end_on_success = False if end_on_success is None else end_on_success  # as other keys, empty is the default
+        if not isinstance(end_on_success, bool):
+            raise EnvMapError(f"env map {path}: end_on_success is true or false, got {end_on_success!r}")
         return EnvMap(differences=[(str(a), str(b)) for a, b in differences],source=str(path), kwargs=dict(data.get("kwargs") or {}), setup=data.get("setup"),
                       state=[str(k) for k in ([state] if isinstance(state, str) else state)] if state is not None else None,
                       cameras={str(k): str(v) for k, v in data["cameras"].items()} if data.get("cameras") is not None else None,
                       motion=[int(i) for i in action["motion"]] if "motion" in action else None,
                       scale=action.get("scale"), fixed={int(k): float(v) for k, v in (action.get("fixed") or {}).items()},
                       gripper=gripper, success=data.get("success"),
-                      success_reward=None if data.get("success_reward") is None else float(data["success_reward"]))
+                      success_reward=None if data.get("success_reward") is None else float(data["success_reward"]),
+                      end_on_success=end_on_success)
     except EnvMapError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:

@@ -8,7 +8,9 @@ gym_hil's rotations) to a goal, then closes its gripper (dim 3, a delta on the g
 command like gym_hil's); success (``info["is_success"]``, terminated) is a closed gripper
 within 10 cm of the goal. Observation: ``agent`` (finger x, y, gripper 0..1), ``goal`` (x, y)
 and ``camera`` (16 x 16 x 3 uint8, the finger and goal drawn). ``die_at_step`` kills the
-process at that step (a crashing env), ``bad_camera`` makes the camera float32.
+process at that step (a crashing env), ``bad_camera`` makes the camera float32, ``run_to_limit``
+never terminates: success is reported and the episode runs on to its time limit (as
+gymnasium-robotics' Fetch tasks do).
 """
 
 import os
@@ -24,8 +26,8 @@ RADIUS = 0.1  # success: the gripper closed this near the goal
 class Reach(gym.Env):
     metadata = {"render_fps": 20, "render_modes": []}
 
-    def __init__(self, die_at_step: int = 0, bad_camera: bool = False):
-        self.die_at_step = die_at_step
+    def __init__(self, die_at_step: int = 0, bad_camera: bool = False, run_to_limit: bool = False):
+        self.die_at_step, self.run_to_limit = die_at_step, run_to_limit
         camera = gym.spaces.Box(0.0, 1.0, (16, 16, 3), np.float32) if bad_camera else \
             gym.spaces.Box(0, 255, (16, 16, 3), np.uint8)
         self.observation_space = gym.spaces.Dict({
@@ -60,8 +62,8 @@ class Reach(gym.Env):
         self.pos = np.clip(self.pos + STEP * action[:2], -1, 1)
         self.grip = float(np.clip(self.grip + action[3], 0, 1))
         success = bool(self.grip > 0.5 and np.linalg.norm(self.pos - self.goal) < RADIUS)
-        return self._obs(), float(success), success, False, {"is_success": success, "distance": float(
-            np.linalg.norm(self.pos - self.goal))}
+        info = {"is_success": success, "distance": float(np.linalg.norm(self.pos - self.goal))}
+        return self._obs(), float(success), success and not self.run_to_limit, False, info
 
 
 class Discrete(Reach):
