@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -17,13 +17,14 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
     observations: the expert reads the sim's object poses) and hand every transition, observed
     through ``observe``, to ``add(obs, action, reward, next_obs, terminated, truncated)``.
     Failed attempts are discarded when ``successful_only`` (a human keeps the good takes).
+    Returns the counts, and each kept episode's steps and success (``episode_steps``, ``episode_success``).
     ``expert``: another demonstrator (raw observation -> action, with ``reset``: a Gymnasium
     env's scripted policy) instead of the twin's expert for ``task``."""
     if expert is None:
         from robot_rl.sim.experts import make_expert
 
         expert = make_expert(task, noise=noise, seed=seed)
-    kept, tries, steps = 0, 0, 0
+    kept, tries, episode_steps, episode_success = 0, 0, [], []
     max_tries = max_tries or 3 * episodes + 10
     while kept < episodes and tries < max_tries:
         raw, _ = env.reset(seed=seed + tries)
@@ -42,18 +43,28 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
         for transition in episode:
             add(*transition)
         kept += 1
-        steps += len(episode)
+        episode_steps.append(len(episode))
+        episode_success.append(bool(info["success"]))
     if kept < episodes:
         from robot_rl.errors import TrainingError
 
         raise TrainingError(f"the scripted demonstrator succeeded in only {kept} of {tries} tries")
-    return {"episodes": kept, "tries": tries, "steps": steps}
+    return {"episodes": kept, "tries": tries, "steps": sum(episode_steps), "episode_steps": episode_steps,
+            "episode_success": episode_success}
+
+
+def steps_to_success(steps: Sequence[int], successes: Sequence[bool]) -> dict:
+    """Cycle time over episodes (one step count and one success flag each): the mean steps of the
+    successful episodes only (``steps_to_success``, None when none succeeded) and how many succeeded."""
+    done = [n for n, success in zip(steps, successes, strict=True) if success]
+    return {"steps_to_success": round(float(np.mean(done)), 2) if done else None, "successful_episodes": len(done)}
 
 
 def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episodes: int, seed: int = 1_000_000,
              log: Callable[[str], None] | None = None) -> dict:
-    """Deterministic evaluation: success rate and mean episode length over ``episodes`` episodes,
-    reset with seeds ``seed`` .. ``seed + episodes - 1`` (``seed_range``, first and last).
+    """Deterministic evaluation: success rate, mean episode length and the cycle time
+    (``steps_to_success``: the mean length of the successful episodes only) over ``episodes``
+    episodes, reset with seeds ``seed`` .. ``seed + episodes - 1`` (``seed_range``, first and last).
     ``log``: progress lines (episodes, rate, ETA, success so far) for a long evaluation."""
     successes, lengths = [], []
     progress = ProgressLines("evaluation", episodes, unit="episodes", log=log) if log else None
@@ -70,4 +81,4 @@ def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episode
         if progress is not None:
             progress.update(i + 1, success=f"{np.mean(successes):.2f}")
     return {"success_rate": float(np.mean(successes)), "episode_length": float(np.mean(lengths)), "episodes": episodes,
-            "seed_range": [seed, seed + episodes - 1]}
+            **steps_to_success(lengths, successes), "seed_range": [seed, seed + episodes - 1]}

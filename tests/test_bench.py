@@ -213,6 +213,19 @@ def test_ros_bench_quick_gives_every_figure():
     assert figures["franka_tracking_misses"] >= 0
 
 
+def test_learning_bench_states_each_pixel_seed_s_cycle_time():
+    """Each pixel row's cycle time is every seed's summary.json ``cycle_time``, in seed order."""
+    from robot_rl.bench.learning import PIXEL_ROWS, pixel_figures
+
+    results = {f"{row}_seed{seed}": {"steps_to_90": None, "final_success_rate": 0.5, "wall_s": 2.0, "updates": 4,
+                                     "env_steps": 40, "evals": [{"env_steps": 40, "success_rate": 0.5}],
+                                     "cycle_time": {"final_steps_to_success": 20.0 + seed, "final_vs_demos": None}}
+               for row in PIXEL_ROWS for seed in range(2)}
+    figures = pixel_figures(results, 2)
+    for row in PIXEL_ROWS:
+        assert figures[f"{row}_cycle_time"] == [results[f"{row}_seed0"]["cycle_time"], results[f"{row}_seed1"]["cycle_time"]]
+
+
 def test_hil_steps_to_90_start_after_the_clones_evaluation():
     """A cloned base already at 90 % does not count as 0 steps: the run goes on to the first
     evaluation after step 0 at 90 % (where stop_at_success ends it), and so does the figure."""

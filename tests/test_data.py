@@ -129,15 +129,33 @@ def test_recorded_store_gives_the_learner_exactly_the_in_memory_demos(tmp_path):
     record_rollouts(tmp_path / "d.zarr", "PegInsert", 3, noise=0.1, seed=10_000, keep="successes")
     env = make_env("PegInsert")
     from_store, in_memory = [], []
-    load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
-    collect_demos(env.env, env.observation, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000, noise=0.1)
+    loaded = load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
+    collected = collect_demos(env.env, env.observation, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000,
+                              noise=0.1)
     assert len(from_store) == len(in_memory) > 0
+    # each episode's steps and success, for the cycle time: the same from either
+    assert loaded["episode_steps"] == collected["episode_steps"] and sum(loaded["episode_steps"]) == len(from_store)
+    assert loaded["episode_success"] == collected["episode_success"] == [True] * 3
     for a, b in zip(from_store, in_memory):
         for key in a[0]:
             np.testing.assert_array_equal(a[0][key], b[0][key])
             np.testing.assert_array_equal(a[3][key], b[3][key])
         np.testing.assert_array_equal(a[1], np.asarray(b[1], np.float32))
         assert (a[2], a[4], a[5]) == (b[2], b[4], b[5])
+
+
+def test_demos_from_a_store_state_each_episode_s_steps_and_success(tmp_path):
+    """A failed take in a demo store is loaded and counted as failed (the cycle time leaves it out);
+    a held success pose after an episode's end is not part of its steps."""
+    record_rollouts(tmp_path / "failed.zarr", "PickCube", 1, noise=1.0, seed=0, keep="failures", hold_after_failure=4)
+    record_rollouts(tmp_path / "held.zarr", "PickCube", 1, noise=0.1, seed=10_000, keep="successes",
+                    hold_after_success=5)
+    env = make_env("PickCube")
+    failed = load_demos(tmp_path / "failed.zarr", env, "PickCube", lambda *t: None)
+    held = load_demos(tmp_path / "held.zarr", env, "PickCube", lambda *t: None)
+    assert failed["episode_success"] == [False] and held["episode_success"] == [True]
+    lengths = [int(EpisodeStore.open(tmp_path / name).episode_lengths[0]) for name in ("failed.zarr", "held.zarr")]
+    assert failed["episode_steps"] == [lengths[0] - 1 - 4] and held["episode_steps"] == [lengths[1] - 1 - 5]
 
 
 # ---------------------------------------------------------------------------------- errors

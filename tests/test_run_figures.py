@@ -1,5 +1,5 @@
 """summary.json's figures of a whole run: its rounds (start and resumes), its training wall time,
-and the human's takeovers and the training success per block of env steps."""
+the human's takeovers and the training success per block of env steps, and the cycle time."""
 
 import json
 
@@ -7,8 +7,10 @@ import numpy as np
 
 from robot_rl.actor import EpisodeTally, StepResult
 from robot_rl.commands.cli import main
-from robot_rl.commands.train import (TrainConfig, count_episode, count_step, intervention_rate_last, per_block,
-                                     start_round, train)
+from robot_rl.commands.report import _cycle_time_lines
+from robot_rl.commands.train import (TrainConfig, count_episode, count_step, cycle_time, intervention_rate_last,
+                                     per_block, start_round, train)
+from robot_rl.rollout import evaluate, steps_to_success
 
 
 class NoLogger:
@@ -97,6 +99,63 @@ def test_progress_line_states_the_human_takeovers_and_recent_share(tmp_path, cap
     assert "human 2 takeovers, 8% of the last 200 steps" in capsys.readouterr().out  # 16 of 200
 
 
+class ScriptedEpisodes:
+    """An evaluation env whose episode from seed ``s`` lasts ``episodes[s][0]`` steps and ends in
+    success (``episodes[s][1]``) or is cut short."""
+
+    def __init__(self, episodes: dict[int, tuple[int, bool]]):
+        self.episodes = episodes
+
+    def reset(self, seed: int):
+        (self.length, self.success), self.t = self.episodes[seed], 0
+        return {}, {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t == self.length
+        return {}, 0.0, end and self.success, end and not self.success, {"success": end and self.success}
+
+
+def test_evaluation_counts_the_steps_of_its_successful_episodes_only():
+    env = ScriptedEpisodes({5: (10, True), 6: (30, False), 7: (20, True), 8: (50, False)})
+    result = evaluate(lambda obs: None, env, 4, seed=5)
+    assert result["episode_length"] == 27.5 and result["success_rate"] == 0.5  # every episode
+    assert result["steps_to_success"] == 15.0 and result["successful_episodes"] == 2  # the successes alone
+    failed = evaluate(lambda obs: None, ScriptedEpisodes({0: (7, False)}), 1, seed=0)
+    assert failed["steps_to_success"] is None and failed["successful_episodes"] == 0
+
+
+def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clone():
+    def evaluation(env_steps: int, lengths: list[int], successes: list[bool]) -> dict:
+        return {"env_steps": env_steps, "episodes": len(lengths), **steps_to_success(lengths, successes)}
+
+    demos = steps_to_success([20, 30, 99], [True, True, False])  # a failed take in the store is not counted
+    assert demos == {"steps_to_success": 25.0, "successful_episodes": 2}
+    state = {"evals": [evaluation(0, [30, 50, 90, 90], [True, True, False, False]),
+                       evaluation(100, [25, 90], [True, False]), evaluation(200, [19, 21, 20], [True, True, True])],
+             "demo_steps_to_success": demos["steps_to_success"], "demo_successful_episodes": 2, "demo_episodes": 3}
+    cycle = cycle_time(state)
+    assert cycle == {"final_steps_to_success": 20.0, "clone_steps_to_success": 40.0, "demo_steps_to_success": 25.0,
+                     "final_vs_demos": 0.8, "final_vs_clone": 0.5, "target_final_vs_demos": 0.7,
+                     "successful_episodes": {"final": 3, "clone": 2, "demos": 2},
+                     "episodes": {"final": 3, "clone": 4, "demos": 3}}
+    lines = "\n".join(_cycle_time_lines(cycle))
+    assert "## Cycle time (steps to success, successful episodes only)" in lines
+    assert "| demonstrations | 25.00 | 2 of 3 |" in lines and "| final policy | 20.00 | 3 of 3 |" in lines
+    assert "final vs demonstrations: 0.8x** (target <= 0.7x: not met)" in lines
+    # no successful final episode, no step-0 evaluation (a run resumed from before it), no demonstrations: null
+    none = cycle_time({"evals": [evaluation(100, [25], [True]), evaluation(200, [90, 90], [False, False])],
+                       "demo_steps_to_success": None, "demo_successful_episodes": 0, "demo_episodes": 0})
+    assert none["final_steps_to_success"] is none["clone_steps_to_success"] is none["demo_steps_to_success"] is None
+    assert none["final_vs_demos"] is none["final_vs_clone"] is None
+    assert none["successful_episodes"] == {"final": 0, "clone": None, "demos": 0}
+    assert json.loads(json.dumps(none, allow_nan=False)) == none
+    lines = "\n".join(_cycle_time_lines(none))
+    assert "| cloned base (step-0 evaluation) | - | - |" in lines and "(target <= 0.7x: no figure)" in lines
+    assert cycle_time({"evals": [], "demo_steps_to_success": None, "demo_successful_episodes": 0,
+                       "demo_episodes": 0})["final_steps_to_success"] is None
+
+
 def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
     """Round 1 to env step 110, then a resume to 220, with a simulated human: every figure is
     the whole run's unless it sits in ``rounds``, and the report shows the per-1000 table."""
@@ -124,9 +183,20 @@ def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
     assert block["intervention_rate"] == round(block["intervention_steps"] / 220, 4)
     assert second["intervention_rate_last_2000"] == block["intervention_rate"]  # the run is shorter than 2,000
     assert json.loads((run / "summary.json").read_text())["rounds"] == second["rounds"]
+    # the cycle time: each one-episode evaluation's steps to success is its length if it succeeded
+    for e in second["evals"]:
+        assert e["steps_to_success"] == (e["episode_length"] if e["success_rate"] == 1 else None), e
+    cycle = json.loads((run / "summary.json").read_text())["cycle_time"]
+    assert cycle == second["cycle_time"]
+    assert cycle["final_steps_to_success"] == second["evals"][-1]["steps_to_success"]
+    assert cycle["clone_steps_to_success"] == second["evals"][0]["steps_to_success"]
+    assert cycle["episodes"]["demos"] == cycle["successful_episodes"]["demos"] == 1  # the expert's take succeeded
+    assert cycle["demo_steps_to_success"] == first["cycle_time"]["demo_steps_to_success"] > 0  # kept by the resume
     from robot_rl.commands.report import write_report
 
     report = write_report(run).read_text()
+    assert "## Cycle time (steps to success, successful episodes only)" in report
+    assert f"| demonstrations | {cycle['demo_steps_to_success']:.2f} | 1 of 1 |" in report
     assert f"training wall time: {second['train_wall_s']} s in 2 round(s)" in report
     assert "| env steps | episodes | success | solved | takeovers | human share |" in report
     assert f"| 0-220 | {block['episodes']} |" in report

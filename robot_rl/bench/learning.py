@@ -18,8 +18,9 @@ pose), from 20 demonstrations recorded with images, one row per path and seed:
   on a CPU a short budget).
 
 Figures are medians over the seeds (a run that never reaches 90% counts as beyond every run that
-does); ``updates_per_s_state`` and ``pickcube_pixels_frozen_updates_per_s`` are the two agents'
-update rates measured interleaved in this process (``bench.learner.frozen_and_state_rates``).
+does), the cycle time (``*_cycle_time``: summary.json's ``cycle_time``) one per seed;
+``updates_per_s_state`` and ``pickcube_pixels_frozen_updates_per_s`` are the two agents' update rates
+measured interleaved in this process (``bench.learner.frozen_and_state_rates``).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def pixel_figures(results: dict[str, dict], seeds: int) -> dict:
         figures[f"{row}_train_updates_per_s"] = statistics.median(round(r["updates"] / r["wall_s"], 2) for r in runs)
         figures[f"{row}_env_steps"] = runs[0]["env_steps"]
         figures[f"{row}_curves"] = [[[e["env_steps"], e["success_rate"]] for e in r["evals"]] for r in runs]
+        figures[f"{row}_cycle_time"] = [r["cycle_time"] for r in runs]
     return figures
 
 
@@ -174,6 +176,7 @@ def run(quick: bool = False, log=print, jobs: int | None = None, device: str = "
         figures[f"{name}_final_success"] = s["final_success_rate"]
         figures[f"{name}_wall_s"] = s["wall_s"]
         figures[f"{name}_curve"] = curve
+        figures[f"{name}_cycle_time"] = s["cycle_time"]
     figures["notes"] = [
         "state runs: UTD 2, batch 256 (128 demo / 128 online), 2 critics, residual RL on a BC base (scale 0.5, "
         "penalised deviation from the base), grasp critic on PickCube, learner in its own process paced to the UTD",
@@ -183,6 +186,9 @@ def run(quick: bool = False, log=print, jobs: int | None = None, device: str = "
         "encoder trained by the critic, CPU-bound, so UTD 0.5, batch 64 and a short budget",
         "steps_to_* counts env steps after demos (0: the cloned policy already passes the threshold); evaluation "
         "every eval_every steps over eval_episodes episodes with the deterministic policy",
+        "*_cycle_time (one per seed on the pixel rows): summary.json's cycle_time, mean steps to success over "
+        "successful episodes only of the final policy, the demonstrations and the cloned base (step-0 evaluation), "
+        "final_vs_demos against HIL-SERL's target of at most 0.7",
         f"runs execute {jobs} at a time on this machine; each wall_s is that run's own wall time",
     ]
     return figures

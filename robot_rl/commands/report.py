@@ -56,6 +56,30 @@ def _rate(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _times(value) -> str:
+    return "-" if value is None else f"{value}x"
+
+
+def _cycle_time_lines(cycle: dict | None) -> list[str]:
+    """HIL-SERL's cycle time: the final policy's mean steps to success against the demonstrations'
+    and the cloned base's (older summaries have none)."""
+    if not cycle:
+        return []
+    target, versus = cycle["target_final_vs_demos"], cycle["final_vs_demos"]
+    verdict = "no figure" if versus is None else "met" if versus <= target else "not met"
+    lines = ["", "## Cycle time (steps to success, successful episodes only)", "",
+             f"Target: the final policy's steps to success at most {target}x the demonstrations'.", "",
+             "| policy | steps to success | successful episodes |", "|---|---:|---:|"]
+    for name, figure, count in (("demonstrations", "demo", "demos"), ("cloned base (step-0 evaluation)", "clone", "clone"),
+                                ("final policy", "final", "final")):
+        successful, episodes = cycle["successful_episodes"][count], cycle["episodes"][count]
+        lines.append(f"| {name} | {_rate(cycle[f'{figure}_steps_to_success'])} | "
+                     f"{'-' if episodes is None else f'{successful} of {episodes}'} |")
+    lines += ["", f"- **final vs demonstrations: {_times(versus)}** (target <= {target}x: {verdict})",
+              f"- final vs cloned base: {_times(cycle['final_vs_clone'])}"]
+    return lines
+
+
 def _block_lines(blocks: list[dict]) -> list[str]:
     """Training per 1,000 env steps: episodes ended and their success and, with a human, its share."""
     if not blocks:
@@ -159,14 +183,16 @@ def write_report(run_dir: str | Path, job_wall_s: float | None = None) -> Path:
     lines += [
         "",
         "Evaluations during training (ground truth, deterministic policy; the last row is the final figure):", "",
-        "| env steps | success | episodes | seeds | mean episode length |", "|---:|---:|---:|---|---:|",
+        "| env steps | success | episodes | seeds | mean episode length | steps to success |",
+        "|---:|---:|---:|---|---:|---:|",
     ]
-    lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episodes']} | {_seeds(e)} | {e['episode_length']:.1f} |"
-              for e in summary["evals"]]
+    lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episodes']} | {_seeds(e)} | {e['episode_length']:.1f} | "
+              f"{_rate(e.get('steps_to_success'))} |" for e in summary["evals"]]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
     lines += _block_lines(summary.get("per_1000_steps") or [])
     lines += _observation_lines(summary, config)
+    lines += _cycle_time_lines(summary.get("cycle_time"))
     return _finish(run, lines, reward, config.get("reward_classifier"), summary.get("classifier_episodes") or {})
 
 

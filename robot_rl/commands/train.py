@@ -27,7 +27,7 @@ from robot_rl.config import TrainConfig, demo_source, task_name
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import TrainingError
-from robot_rl.rollout import collect_demos, evaluate
+from robot_rl.rollout import collect_demos, evaluate, steps_to_success
 from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, check_same_network, clean_leftovers,
                                          list_checkpoints, read_agent_config, read_state, resolve_checkpoint)
 from robot_rl.runtime.learner import LearnerSetup
@@ -171,6 +171,7 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
     ``overrides`` (each change is logged and kept in ``config_history.jsonl``); a full ``cfg``
     is used as given. A run that fails before its first checkpoint removes its run folder."""
     actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": 0,
+                         "demo_steps_to_success": None, "demo_successful_episodes": 0,
                          "interventions": 0, "intervention_steps": 0, "episode_interventions": [],
                          "train_episodes": [], "human_stretches": [], "rounds": []}
     resume_from = None
@@ -363,6 +364,11 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
                              noise=cfg.demo_noise, expert=expert)
         actor_state["demo_steps"] = info["steps"]
         log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
+    else:
+        return  # no demonstrations: no steps to success of theirs
+    cycle = steps_to_success(info["episode_steps"], info["episode_success"])
+    actor_state["demo_steps_to_success"] = cycle["steps_to_success"]
+    actor_state["demo_successful_episodes"] = cycle["successful_episodes"]
 
 
 CLASSIFIER_OUTCOMES = ("true_positive", "false_positive", "false_negative", "true_negative")
@@ -424,7 +430,8 @@ def make_human(cfg: TrainConfig, cell=None):
         return ScriptedOperator(mapped.expert_action, mapped.max_episode_steps,
                                 SimulatedHumanConfig(eagerness=cfg.human_eagerness,
                                                      takeover_steps=cfg.human_takeover_steps,
-                                                     max_takeovers=cfg.human_max_takeovers))
+                                                     max_takeovers=cfg.human_max_takeovers),
+                                succeeded=lambda: mapped.succeeded)
 
     return SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.human_eagerness,
                                                          takeover_steps=cfg.human_takeover_steps,
@@ -463,6 +470,8 @@ def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None
     touch_round(actor_state)  # the checkpoint after the final evaluation counts its time
     logger.scalar("eval/success_rate", result["success_rate"], step)
     logger.scalar("eval/episode_length", result["episode_length"], step)
+    if result.get("steps_to_success") is not None:
+        logger.scalar("eval/steps_to_success", result["steps_to_success"], step)
     log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
 
 
@@ -480,6 +489,33 @@ def steps_to(evals: list[dict], threshold: float) -> int | None:
         if e["success_rate"] >= threshold:
             return e["env_steps"]
     return None
+
+
+CYCLE_TIME_TARGET = 0.7  # HIL-SERL's cycle time: the final policy's steps to success at most 0.7x the demonstrations'
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return round(numerator / denominator, 3) if numerator is not None and denominator else None
+
+
+def cycle_time(actor_state: dict) -> dict:
+    """The cycle time (mean steps to success over successful episodes only, as each evaluation and
+    the demonstrations record it) of the final policy, against the demonstrations' and the cloned
+    base's (the evaluation at env step 0, before any online update); None where there is no such
+    figure (no successful episode, no step-0 evaluation, no demonstrations)."""
+    evals = actor_state["evals"]
+    final = evals[-1] if evals else {}
+    clone = evals[0] if evals and evals[0]["env_steps"] == 0 else {}
+    final_steps, clone_steps = final.get("steps_to_success"), clone.get("steps_to_success")
+    demo_steps = actor_state["demo_steps_to_success"]
+    return {"final_steps_to_success": final_steps, "clone_steps_to_success": clone_steps,
+            "demo_steps_to_success": demo_steps, "final_vs_demos": ratio(final_steps, demo_steps),
+            "final_vs_clone": ratio(final_steps, clone_steps), "target_final_vs_demos": CYCLE_TIME_TARGET,
+            "successful_episodes": {"final": final.get("successful_episodes"),
+                                    "clone": clone.get("successful_episodes"),
+                                    "demos": actor_state["demo_successful_episodes"]},
+            "episodes": {"final": final.get("episodes"), "clone": clone.get("episodes"),
+                         "demos": actor_state["demo_episodes"]}}
 
 
 def per_block(actor_state: dict, human: bool, size: int = 1000) -> list[dict]:
@@ -528,6 +564,7 @@ def make_summary(cfg: TrainConfig, actor_state: dict, learner: LearnerClient, ru
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
+        "cycle_time": cycle_time(actor_state),
         "train_wall_s": round(sum(r["wall_s"] for r in rounds), 1),
         "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",

@@ -35,7 +35,9 @@ def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
 
 def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | Path | None = None) -> dict:
     """Every transition of every episode in the store -> ``add(obs, action, reward, next_obs,
-    terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them.
+    terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them;
+    returns the counts, and each episode's steps and success (``episode_steps``, ``episode_success``:
+    the success label of its last observation, the one its final step reached).
     ``path`` may also be a LeRobotDataset v3.0 folder: imported first into a temporary store
     (``robot_rl.data.lerobot``; ``demo_map``: its map, needed unless robot-rl exported it)."""
     from robot_rl.data.lerobot import import_lerobot, is_lerobot_dataset
@@ -50,9 +52,14 @@ def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | 
     if not len(store):
         raise StoreError(f"{path} holds no complete episode")
     check_store_fits_env(store, env, task)
-    steps = 0
+    labels = store.read(0, store.n_frames, ["success"])["success"]
+    episode_steps, episode_success = [], []
     for i in range(len(store)):
+        steps = 0
         for obs, action, reward, next_obs, terminated, truncated, _ in transitions(store, i):
             add(env.observation(obs), action, reward, env.observation(next_obs), terminated, truncated)
             steps += 1
-    return {"episodes": len(store), "steps": steps}
+        episode_steps.append(steps)
+        episode_success.append(bool(labels[store.episode_range(i)[0] + steps]))  # its last observation's label
+    return {"episodes": len(store), "steps": sum(episode_steps), "episode_steps": episode_steps,
+            "episode_success": episode_success}
