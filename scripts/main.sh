@@ -46,7 +46,7 @@ bad() {  # bad MESSAGE: one line on stderr, exit status 2
   echo "main.sh: $1" >&2
   exit 2
 }
-SIM_TASKS="PickCube PegInsert"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
+SIM_TASKS="PickCube PegInsert PegInsertHard PushCube"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
 case "$TASK" in  # the cameras of the classifier's takes, and of the policy's rollouts it is checked on
   PickCube) CLASSIFIER_CAMERAS="front wrist side" ROLLOUT_CAMERAS="front wrist side" ;;
   # the peg is held rigidly in the hand, so the wrist camera sees its insertion directly: the hole's
@@ -54,6 +54,10 @@ case "$TASK" in  # the cameras of the classifier's takes, and of the policy's ro
   # cameras, a metre away, the peg is a few pixels at 64x64 (held-out false positives: wrist 0.38 %,
   # front + wrist + side 0.63 %, recall 1.0 both; docs/CALIBRATION.md)
   PegInsert) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;
+  PegInsertHard) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;  # as PegInsert
+  # the front camera sees cube and mark in every frame (small at 64x64); the wrist camera sees the
+  # cube sitting on the mark up close from behind it, where a push ends
+  PushCube) CLASSIFIER_CAMERAS="front wrist" ROLLOUT_CAMERAS="front wrist" ;;
   *) bad "TASK=$TASK is not a sim task; the sim tasks: $SIM_TASKS" ;;
 esac
 for name in STEPS CLASSIFIER_STEPS ENCODER_STEPS; do

@@ -14,8 +14,8 @@ import numpy as np
 
 from robot_rl.contract import STATE_SLICES, ControlLimits
 from robot_rl.errors import InputError, UserFacingError
-from robot_rl.geometry import HOME_ROTATION, quat_to_matrix, quat_to_yaw
-from robot_rl.sim.tasks import PegInsert, PickCube
+from robot_rl.geometry import HOME_ROTATION, matrix_to_rotvec, quat_to_matrix, quat_to_yaw
+from robot_rl.sim.tasks import PegInsert, PegInsertHard, PickCube, PushCube
 
 
 def _rotation_action(tcp_rot: np.ndarray, target_rot: np.ndarray, limits: ControlLimits) -> np.ndarray:
@@ -63,10 +63,15 @@ class ScriptedExpert:
             raise InputError("scripted experts read obs['privileged']; create the env with privileged=True")
         action = self._clean_action(obs).astype(np.float64)
         if self.noise > 0:
-            action[:6] += self.rng.normal(0.0, self.noise, size=6)
+            action[:6] += self.rng.normal(0.0, self.noise * self._noise_scale(obs), size=6)
             if self.rng.random() < min(self.noise, 1.0) * 0.2:
                 action[6] = -action[6] if action[6] != 0 else self.rng.choice([-1.0, 1.0])
         return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+    def _noise_scale(self, obs: dict) -> float:
+        """How much of ``noise`` this step gets: 1, except where a task makes a person slow down
+        and move carefully."""
+        return 1.0
 
     def _set_phase(self, phase: str) -> None:
         if phase != self.phase:
@@ -185,7 +190,129 @@ class PegInsertExpert(ScriptedExpert):
         return action
 
 
-EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert}
+class PegInsertHardExpert(ScriptedExpert):
+    """Turn the peg upright and to the hole's yaw (the nearest of its four), centre it over the
+    hole at a safe height, then descend while correcting; back up when it catches the rim."""
+
+    approach_height = 0.01  # peg bottom above the hole's top while aligning
+    aligned_m = 0.0004  # how close the peg's axis must be to the hole's before it goes down
+    aligned_rad = 0.01
+    careful_within_m = 0.01  # a person slows down within this of the hole's mouth ...
+    careful_noise = 0.1  # ... and is ten times as steady there
+
+    def _noise_scale(self, obs: dict) -> float:
+        bottom, _, hole, _ = self._peg_and_hole(obs)
+        mouth = hole + np.array([0.0, 0.0, PegInsertHard.hole_depth])
+        near = np.linalg.norm(bottom[:2] - mouth[:2]) < self.careful_within_m and bottom[2] - mouth[2] < 0.02
+        return self.careful_noise if near else 1.0
+
+    @staticmethod
+    def _peg_and_hole(obs: dict):
+        peg = obs["privileged"]["peg"].astype(np.float64)
+        hole = obs["privileged"]["hole"].astype(np.float64)
+        peg_rot = quat_to_matrix(peg[3:7])
+        bottom = peg[:3] + peg_rot @ np.array([0.0, 0.0, -PegInsertHard.peg_half[2]])
+        return bottom, peg_rot, hole[:3], quat_to_yaw(hole[3:7])
+
+    @staticmethod
+    def progress(obs: dict) -> float:
+        task = PegInsertHard
+        bottom, _, hole, _ = PegInsertHardExpert._peg_and_hole(obs)
+        align = 1.0 - min(float(np.linalg.norm(hole[:2] - bottom[:2])) / 0.07, 1.0)
+        start = hole[2] + task.hole_depth + 0.03
+        goal = hole[2] + task.hole_depth - task.insertion_depth
+        depth = float(np.clip((start - bottom[2]) / (start - goal), 0.0, 1.0))
+        return 0.5 * align + 0.5 * depth
+
+    def _clean_action(self, obs: dict) -> np.ndarray:
+        task = PegInsertHard
+        state = obs["state"]
+        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        bottom, peg_rot, hole, hole_yaw = self._peg_and_hole(obs)
+        # the peg upright at the hole's yaw; a square peg fits every 90 degrees: the nearest
+        peg_yaw = float(np.arctan2(peg_rot[1, 0], peg_rot[0, 0]))
+        yaw = peg_yaw + (np.mod(hole_yaw - peg_yaw + np.pi / 4, np.pi / 2) - np.pi / 4)
+        turn = _yaw_rotation(yaw) @ HOME_ROTATION.T @ peg_rot.T  # the peg's rotation to that pose
+        target_rot = turn @ tcp_rot
+        rotation_error = float(np.linalg.norm(matrix_to_rotvec(turn)))
+        hole_top = hole[2] + task.hole_depth
+        xy_err = hole[:2] - bottom[:2]
+        self._phase_steps += 1
+        target = tcp.copy()
+        target[:2] += xy_err
+        if self.phase == "approach":
+            target[2] += hole_top + self.approach_height - bottom[2]
+            if np.linalg.norm(xy_err) < self.aligned_m and rotation_error < self.aligned_rad:
+                self._set_phase("insert")
+        if self.phase == "insert":
+            target[2] -= 0.01
+            if np.linalg.norm(xy_err) > 0.003 and bottom[2] > hole_top - 0.002:
+                self._set_phase("approach")
+        action = np.zeros(7)
+        action[:3] = _translation_action(target - tcp, self.limits)
+        action[3:6] = _rotation_action(tcp_rot, target_rot, self.limits)
+        action[6] = 1.0
+        return action
+
+
+class PushCubeExpert(ScriptedExpert):
+    """Come down behind the cube on the line from the mark through it, then push along that
+    line, steering back onto it as the cube turns; rise and go round when the cube gets away."""
+
+    push_height = 0.02  # the closed fingers at the cube's middle
+    travel_height = 0.07  # over the cube
+    standoff = 0.045  # the TCP's distance behind the cube's centre when it starts a push
+
+    @staticmethod
+    def progress(obs: dict) -> float:
+        tcp = obs["state"][STATE_SLICES["tcp_pos"]]
+        cube = obs["privileged"]["cube"][:3]
+        target = obs["privileged"]["target"][:3]
+        reach = 1.0 - min(float(np.linalg.norm(cube[:2] - tcp[:2])) / 0.25, 1.0)
+        push = 1.0 - min(float(np.linalg.norm(target[:2] - cube[:2])) / max(PushCube.push_distance), 1.0)
+        return 0.2 * reach + 0.8 * push
+
+    def _clean_action(self, obs: dict) -> np.ndarray:
+        state = obs["state"]
+        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
+        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        cube = obs["privileged"]["cube"].astype(np.float64)[:2]
+        mark = obs["privileged"]["target"].astype(np.float64)[:2]
+        to_mark = mark - cube
+        distance = float(np.linalg.norm(to_mark))
+        heading = to_mark / max(distance, 1e-9)
+        normal = np.array([-heading[1], heading[0]])
+        along = float((tcp[:2] - cube) @ heading)  # < 0: behind the cube
+        lateral = float((tcp[:2] - cube) @ normal)
+        behind = cube - self.standoff * heading
+        self._phase_steps += 1
+        if self.phase == "push" and (abs(lateral) > 0.012 or along > -0.02):
+            self._set_phase("approach")  # the cube turned away or slid aside: go round again
+        if self.phase == "approach":
+            low = tcp[2] < self.travel_height - 0.02
+            on_line = abs(lateral) < 0.006 and along < -0.03
+            if low and not on_line:
+                target = np.array([tcp[0], tcp[1], self.travel_height])  # up, clear of the cube
+            elif np.linalg.norm(behind - tcp[:2]) > 0.008:
+                target = np.array([behind[0], behind[1], self.travel_height])
+            else:
+                target = np.array([behind[0], behind[1], self.push_height])
+                if tcp[2] < self.push_height + 0.006:
+                    self._set_phase("push")
+        if self.phase == "push":
+            advance = float(np.clip(distance, 0.004, 0.015))
+            target_xy = tcp[:2] + advance * heading - 0.8 * lateral * normal
+            target = np.array([target_xy[0], target_xy[1], self.push_height])
+        action = np.zeros(7)
+        action[:3] = _translation_action(target - tcp, self.limits)
+        action[3:6] = _rotation_action(tcp_rot, HOME_ROTATION, self.limits)
+        action[6] = 1.0
+        return action
+
+
+EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert,
+           PegInsertHard.name: PegInsertHardExpert, PushCube.name: PushCubeExpert}
 
 
 class NoExpertError(UserFacingError):

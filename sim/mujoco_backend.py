@@ -171,6 +171,8 @@ def _add_object(spec: mujoco.MjSpec, obj: SceneObject) -> None:
             name=f"{obj.name}_{i}", type=mujoco.mjtGeom.mjGEOM_BOX, size=g.half_size, pos=g.local_pos,
             rgba=obj.rgba, friction=[obj.friction, 0.01, 0.001], condim=4,
         )
+        if not obj.collides:
+            geom.contype, geom.conaffinity = 0, 0
         if obj.movable:
             geom.mass = obj.mass / len(obj.geoms)
 

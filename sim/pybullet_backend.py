@@ -91,8 +91,10 @@ class PybulletBackend:
         cid, n = self._cid, len(obj.geoms)
         halves = [list(g.half_size) for g in obj.geoms]
         frames = [list(g.local_pos) for g in obj.geoms]
-        col = pb.createCollisionShapeArray([pb.GEOM_BOX] * n, halfExtents=halves, collisionFramePositions=frames,
-                                           physicsClientId=cid)
+        col = -1  # a marking the cameras see and nothing touches
+        if obj.collides:
+            col = pb.createCollisionShapeArray([pb.GEOM_BOX] * n, halfExtents=halves, collisionFramePositions=frames,
+                                               physicsClientId=cid)
         vis = pb.createVisualShapeArray([pb.GEOM_BOX] * n, halfExtents=halves, visualFramePositions=frames,
                                         physicsClientId=cid)
         park = [_PARK[0], _PARK[1] + index, _PARK[2]]

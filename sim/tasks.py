@@ -4,12 +4,13 @@ engines build the same way), how each episode is randomised, and what success me
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 import numpy as np
 
 from robot_rl.contract import SafetyBox
 from robot_rl.errors import UserFacingError
-from robot_rl.geometry import quat_to_matrix, yaw_to_quat
+from robot_rl.geometry import matrix_to_quat, quat_to_matrix, rotvec_to_matrix, yaw_to_quat
 
 # Gripper width when fully open (metres between the finger pads).
 GRIPPER_OPEN_WIDTH = 0.08
@@ -30,6 +31,7 @@ class SceneObject:
     rgba: tuple[float, float, float, float]
     mass: float | None = None
     friction: float = 1.0
+    collides: bool = True  # False: seen by the cameras only (a marking on the table)
 
     @property
     def movable(self) -> bool:
@@ -168,7 +170,94 @@ class PegInsert(Task):
         return bool(inside and bottom[2] <= hole[2] + self.hole_depth - self.insertion_depth)
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert)}
+class PegInsertHard(PegInsert):
+    """PegInsert as HIL-SERL's insertion: 0.5 mm clearance per side, the hole anywhere in
+    10 x 10 cm with a random yaw, and the peg held at a random offset, yaw and tilt in the hand.
+    Success when the peg is 2 cm deep."""
+
+    name = "PegInsertHard"
+    max_episode_steps = 100
+    home_tcp_pos = (0.5, 0.0, 0.15)
+    home_joints = PegInsert.home_joints
+    safety_box = SafetyBox(low=(0.38, -0.12, 0.055), high=(0.62, 0.12, 0.25), max_rotation_rad=(0.3, 0.3, 1.2))
+    hole_half_width = 0.0115  # the peg's half width + 0.5 mm
+    hole_region = 0.05  # the hole's centre within +-5 cm of the home TCP, per axis
+    hole_yaw_range = np.pi / 4  # a square hole: every yaw is one of +-45 degrees
+    grasp_offset_xy = 0.004  # the peg's centre within +-4 mm of the TCP's axis
+    grasp_offset_z = 0.008  # and +-8 mm along it
+    grasp_yaw_range = np.radians(10.0)
+    grasp_tilt_range = np.radians(4.0)  # about the base x and y axes
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        hx, hy = rng.uniform(-self.hole_region, self.hole_region, size=2)
+        hole = np.array([self.home_tcp_pos[0] + hx, self.home_tcp_pos[1] + hy, 0.0])
+        hole_yaw = rng.uniform(-self.hole_yaw_range, self.hole_yaw_range)
+        offset = np.asarray(self.peg_offset) + np.concatenate(
+            [rng.uniform(-self.grasp_offset_xy, self.grasp_offset_xy, size=2),
+             rng.uniform(-self.grasp_offset_z, self.grasp_offset_z, size=1)])
+        tilt = np.concatenate([rng.uniform(-self.grasp_tilt_range, self.grasp_tilt_range, size=2), [0.0]])
+        grasp_yaw = rng.uniform(-self.grasp_yaw_range, self.grasp_yaw_range)
+        peg_quat = matrix_to_quat(rotvec_to_matrix(tilt) @ quat_to_matrix(yaw_to_quat(grasp_yaw)))
+        peg = np.asarray(self.home_tcp_pos) + offset
+        return Layout(
+            object_poses={"peg": (peg, peg_quat), "hole": (hole, yaw_to_quat(hole_yaw))},
+            held_object="peg",
+            held_offset=offset,
+            gripper_width=2 * self.peg_half[0],
+        )
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        bottom = self.peg_bottom(poses["peg"])
+        hole_pos, hole_quat = poses["hole"]
+        in_hole_frame = quat_to_matrix(hole_quat).T @ (bottom - hole_pos)
+        inside = np.all(np.abs(in_hole_frame[:2]) < self.hole_half_width)
+        return bool(inside and in_hole_frame[2] <= self.hole_depth - self.insertion_depth)
+
+
+class PushCube(Task):
+    """Push a cube across the table onto a marked square, the gripper closed; cube and mark at
+    random positions 8-15 cm apart and the cube at a random yaw. Success when the cube's centre
+    is within 1.5 cm of the mark's."""
+
+    name = "PushCube"
+    max_episode_steps = 100
+    uses_gripper = False  # the fingers stay closed: a pusher
+    home_tcp_pos = PickCube.home_tcp_pos
+    home_joints = PickCube.home_joints
+    safety_box = SafetyBox(low=(0.3, -0.25, 0.015), high=(0.7, 0.25, 0.35))
+    cube_half = 0.02
+    region_low = (0.4, -0.15)
+    region_high = (0.6, 0.15)
+    push_distance = (0.08, 0.15)
+    cube_yaw_range = np.pi / 4
+    target_half = 0.025
+    success_radius = 0.015
+    objects = (
+        SceneObject("cube", (BoxGeom((0.02, 0.02, 0.02)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.1, friction=0.5),
+        SceneObject("target", (BoxGeom((0.025, 0.025, 0.0005)),), rgba=(0.2, 0.75, 0.3, 1.0), collides=False),
+    )
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        while True:  # a target at the sampled distance inside the region (a few draws at most)
+            cube = rng.uniform(self.region_low, self.region_high)
+            heading = rng.uniform(-np.pi, np.pi)
+            target = cube + rng.uniform(*self.push_distance) * np.array([np.cos(heading), np.sin(heading)])
+            if np.all(target >= self.region_low) and np.all(target <= self.region_high):
+                break
+        yaw = rng.uniform(-self.cube_yaw_range, self.cube_yaw_range)
+        return Layout(
+            object_poses={"cube": (np.array([cube[0], cube[1], self.cube_half]), yaw_to_quat(yaw)),
+                          "target": (np.array([target[0], target[1], 0.0005]), np.array([1.0, 0, 0, 0]))},
+            gripper_width=0.0,
+        )
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        cube, target = poses["cube"][0], poses["target"][0]
+        on_table = cube[2] < self.cube_half + 0.01
+        return bool(on_table and np.linalg.norm(cube[:2] - target[:2]) < self.success_radius)
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert, PegInsertHard, PushCube)}
 
 
 class UnknownTaskError(UserFacingError, KeyError):
@@ -180,4 +269,6 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]()
     except KeyError:
-        raise UnknownTaskError(f"unknown task {name!r}; available tasks: {', '.join(sorted(TASKS))}") from None
+        close = difflib.get_close_matches(str(name), TASKS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UnknownTaskError(f"unknown task {name!r}{hint}; available tasks: {', '.join(sorted(TASKS))}") from None

@@ -28,7 +28,7 @@ def _cmd_sim_tasks(args) -> int:
 def _wrapped(text: str, first: str, indent: int) -> str:
     """``text`` after ``first``, wrapped to the terminal's width (COLUMNS, else 80 when not a
     terminal), continuation lines indented: never cut."""
-    columns = max(shutil.get_terminal_size().columns, indent + 30)
+    columns = max(shutil.get_terminal_size().columns, indent + 20)
     return textwrap.fill(text, width=columns, initial_indent=first, subsequent_indent=" " * indent,
                          break_long_words=False, break_on_hyphens=False)
 
