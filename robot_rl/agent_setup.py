@@ -10,7 +10,7 @@ from pathlib import Path
 
 from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
 from robot_rl.agents.settings import AgentSettings, SACConfig
-from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig
+from robot_rl.config import ActorNodeConfig, ConfigError, LearnerNodeConfig, TrainConfig, task_name
 from robot_rl.contract import SIM_CAMERAS
 from robot_rl.envs import obs_spec
 from robot_rl.reward.classifier import ClassifierError, read_classifier_config
@@ -74,6 +74,11 @@ def check_reward_classifier(cfg: TrainConfig) -> None:
         return
 
     config = read_classifier_config(cfg.reward_classifier)
+    run_task = task_name(cfg)
+    if config.task is not None and config.task != run_task:
+        raise ClassifierError(f"reward classifier {cfg.reward_classifier} was trained on task {config.task}'s takes "
+                              f"(cameras {', '.join(config.cameras)}), and this run trains {run_task}: train one on "
+                              f"{run_task}'s takes (robot-rl record --task {run_task} ... then classifier train)")
     unknown = [cam for cam in config.cameras if cam not in SIM_CAMERAS]
     if unknown and not getattr(cfg, "env", None):  # an env of your own: its map's cameras (MappedEnv checks)
         raise ClassifierError(f"reward classifier {cfg.reward_classifier} reads camera {unknown[0]!r}, which the "

@@ -39,7 +39,7 @@ def one_line(text: str) -> str:
     ({"HUMAN": "x"}, "HUMAN=x must be a number in [0, 1]"),
     ({"HUMAN": "2"}, "HUMAN=2 must be a number in [0, 1]"),
     ({"HUMAN": "-0.5"}, "HUMAN=-0.5 must be a number in [0, 1]"),
-    ({"TASK": "Unknown"}, "TASK=Unknown is not a sim task; the sim tasks: PickCube PegInsert"),
+    ({"TASK": "Unknown"}, "TASK=Unknown is not a sim task; the sim tasks: PickCube PegInsert PegInsertHard PushCube"),
     ({"OBS": "rgb"}, "OBS=rgb must be pixels or state"),
     ({"STEPS": "0"}, "STEPS=0 must be a whole number >= 1"),
     ({"STEPS": "-5"}, "STEPS=-5 must be a whole number >= 1"),
@@ -106,11 +106,12 @@ def test_a_simulated_human_on_a_task_without_a_scripted_expert_is_one_line_befor
                                                                                           monkeypatch, command):
     from robot_rl.sim import experts
 
-    monkeypatch.delitem(experts.EXPERTS, "PegInsert")  # a sim task without a scripted expert
+    monkeypatch.delitem(experts.EXPERTS, "PegInsertHard")  # a (hard) sim task without a scripted expert
     run = tmp_path / "run"
-    assert main([command, "--task", "PegInsert", "--simulated-human", "0.5", "--run-dir", str(run)]) == 2
+    assert main([command, "--task", "PegInsertHard", "--simulated-human", "0.5", "--run-dir", str(run)]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "task 'PegInsert' has none; the tasks with one: PickCube" in err and "simulated human" in err
+    assert "task 'PegInsertHard' has none; the tasks with one: PegInsert, PickCube, PushCube" in err
+    assert "simulated human" in err
     assert not run.exists()
 
 
@@ -119,7 +120,7 @@ def test_the_simulated_human_refuses_a_cell_task_file_without_a_scripted_expert(
     from robot_rl.teleop.simulated_human import SimulatedHuman
 
     with pytest.raises(NoExpertError, match="task 'pick_cube_franka' has none; the tasks with one: PegInsert, "
-                                            "PickCube"):
+                                            "PegInsertHard, PickCube, PushCube"):
         SimulatedHuman("pick_cube_franka")
 
 
@@ -135,10 +136,11 @@ def test_the_teleop_node_refuses_a_simulated_human_without_a_scripted_expert_in_
     assert "task 'pick_cube_franka' has none" in one_line(done.stderr)
 
 
-def _classifier(path: Path, image_size=(48, 48), cameras=("front",)) -> str:
+def _classifier(path: Path, image_size=(48, 48), cameras=("front",), task=None) -> str:
     from robot_rl.reward.classifier import Calibration, ClassifierConfig, SuccessClassifier, save_classifier
 
-    model = SuccessClassifier(ClassifierConfig(cameras=cameras, image_size=image_size, hidden=(32,), features=16))
+    model = SuccessClassifier(ClassifierConfig(cameras=cameras, image_size=image_size, hidden=(32,), features=16,
+                                               task=task))
     save_classifier(path, model, Calibration(threshold=0.5, target_fpr=0.01))
     return str(path)
 
@@ -156,6 +158,25 @@ def test_a_reward_classifier_on_a_camera_the_twin_lacks_is_one_line_before_any_w
     clf, run = _classifier(tmp_path / "clf", (64, 64), ("front", "top")), tmp_path / "run"
     assert main(["train", "--obs", "state", "--reward-classifier", clf, "--run-dir", str(run)]) == 2
     assert "reads camera 'top', which the twin does not render" in one_line(capsys.readouterr().err)
+    assert not run.exists()
+
+
+def test_a_reward_classifier_of_another_tasks_takes_is_one_line_before_any_work(tmp_path, capsys):
+    """PegInsertHard's classifier reads the wrist camera alone; PushCube's success is the cube on its
+    mark, which it never learned to see."""
+    clf, run = _classifier(tmp_path / "clf", (64, 64), ("wrist",), task="PegInsertHard"), tmp_path / "run"
+    assert main(["train", "--task", "PushCube", "--obs", "state", "--reward-classifier", clf,
+                 "--run-dir", str(run)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "was trained on task PegInsertHard's takes (cameras wrist), and this run trains PushCube" in err
+    assert not run.exists()
+
+
+def test_a_misspelled_hard_task_is_one_line_with_the_name_it_resembles(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--task", "PegInsertHrd", "--run-dir", str(run)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "unknown task 'PegInsertHrd' (did you mean PegInsertHard?); available tasks: PegInsert, PegInsertHard" in err
     assert not run.exists()
 
 

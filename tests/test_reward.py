@@ -92,9 +92,9 @@ def test_wrapper_refuses_an_env_whose_cameras_do_not_match():
         ClassifierReward(_sim_env(), _classifier(cameras=("wrist",)), Calibration(threshold=0.5, target_fpr=0.01))
 
 
-def _store(path, successes: list[bool], frames=6, size=32):
+def _store(path, successes: list[bool], frames=6, size=32, task="PickCube"):
     fields = {"state": ((3,), np.float32), "action": ((7,), np.float32), "front": ((size, size, 3), np.uint8)}
-    store = EpisodeStore.create(path, fields, task="PickCube", robot="panda", control_hz=10, cameras={"front": (size, size)})
+    store = EpisodeStore.create(path, fields, task=task, robot="panda", control_hz=10, cameras={"front": (size, size)})
     rng = np.random.default_rng(0)
     for ok in successes:
         success = np.zeros(frames, bool)
@@ -129,6 +129,12 @@ def test_training_refuses_stores_without_positives_or_negatives(tmp_path):
         load_frames([tmp_path / "nocam.zarr"])
 
 
+def test_training_refuses_stores_of_different_tasks(tmp_path):
+    stores = [_store(tmp_path / "pick.zarr", [True, False]), _store(tmp_path / "push.zarr", [True, False], task="PushCube")]
+    with pytest.raises(ClassifierError, match=r"the stores record different tasks \(PickCube, PushCube\)"):
+        load_frames(stores)
+
+
 def test_held_out_split_is_by_episode():
     episodes = np.repeat(np.arange(12), 5)
     labels = np.zeros(60, bool)
@@ -151,6 +157,7 @@ def test_train_calibrate_save_and_load(tmp_path):
     assert (tmp_path / "clf" / "confusion.png").is_file() and (tmp_path / "clf" / "report.json").is_file()
     model, calibration = load_classifier(tmp_path / "clf")
     assert calibration.threshold == pytest.approx(v["threshold"]) and calibration.target_fpr == 0.0
+    assert model.config.task == "PickCube"  # the stores' task: a run of another task refuses it
     frames = EpisodeStore.open(data).get_episode(0, ["front", "success"])
     p = model.probability({"front": frames["front"]})
     assert ((p >= calibration.threshold) == frames["success"]).all()

@@ -42,6 +42,7 @@ class ClassifierConfig:
     freeze_backbone: bool = False
     augment_pad: int = 4
     color_jitter: float = 0.2  # +- brightness and contrast (fraction) per image while training
+    task: str | None = None  # the task its training stores recorded (None: a classifier from before it was kept)
 
 
 class SuccessClassifier(nn.Module):

@@ -34,8 +34,10 @@ def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None,
     labels, episodes = [], []
     size = None
     next_episode = 0
+    tasks = set()
     for path in paths:
         store = EpisodeStore.open(path)
+        tasks.add(store.attrs.get("task"))
         cams = tuple(cameras) if cameras else tuple(store.cameras)
         if not cams:
             raise ClassifierError(f"{path} has no cameras; record with images (robot-rl record --images)")
@@ -59,8 +61,12 @@ def load_frames(paths: list[str | Path], cameras: tuple[str, ...] | None = None,
             next_episode += 1
     if not labels:
         raise ClassifierError("the stores hold no complete episode")
+    if len(tasks) > 1:
+        raise ClassifierError(f"the stores record different tasks ({', '.join(sorted(map(str, tasks)))}): a "
+                              "classifier learns one task's success")
     frames = {"images": {c: np.concatenate(v) for c, v in images.items()}, "labels": np.concatenate(labels),
-              "episodes": np.concatenate(episodes), "cameras": tuple(cameras), "image_size": tuple(size)}
+              "episodes": np.concatenate(episodes), "cameras": tuple(cameras), "image_size": tuple(size),
+              "task": tasks.pop()}
     positives = int(frames["labels"].sum())
     if not require_both:
         return frames
@@ -115,7 +121,7 @@ def train_classifier(paths: list[str | Path], out: str | Path, cameras: tuple[st
     if not labels[val_mask].any() or labels[val_mask].all():
         raise ClassifierError("the held-out episodes need both success and failure frames: record more episodes")
     config = ClassifierConfig(cameras=frames["cameras"], image_size=frames["image_size"], encoder=encoder,
-                              pretrained_path=pretrained_path, freeze_backbone=freeze_backbone)
+                              pretrained_path=pretrained_path, freeze_backbone=freeze_backbone, task=frames["task"])
     model = SuccessClassifier(config)
     if init_from is not None:
         start, _ = load_classifier(init_from)
