@@ -64,6 +64,9 @@ class Task:
     home_joints: tuple[float, ...]
     safety_box: SafetyBox
     objects: tuple[SceneObject, ...]
+    # The cameras the success classifier reads (the main job records its takes with them): the
+    # views where success is plain to see, chosen per task (docs/CALIBRATION.md has the figures).
+    classifier_cameras: tuple[str, ...] = ("front", "wrist")
 
     @classmethod
     def description(cls) -> str:
@@ -100,6 +103,7 @@ class PickCube(Task):
     cube_region_high = (0.6, 0.15)
     cube_yaw_range = np.pi / 4
     lift_height = 0.10
+    classifier_cameras = ("front", "wrist", "side")  # the side camera looks level at the lift line
     objects = (
         SceneObject("cube", (BoxGeom((0.02, 0.02, 0.02)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.05, friction=1.0),
     )
@@ -131,6 +135,10 @@ class PegInsert(Task):
     hole_region = 0.03
     insertion_depth = 0.02
     peg_offset = (0.0, 0.0, -0.025)  # peg centre relative to the TCP at grasp
+    # The peg is held rigidly in the hand, so the wrist camera sees its insertion directly: the
+    # hole's rim grows as the peg goes down and sits centred when aligned; from the front and side
+    # cameras, a metre away, the peg is a few pixels at 64x64.
+    classifier_cameras = ("wrist",)
 
     @property
     def objects(self) -> tuple[SceneObject, ...]:
@@ -232,6 +240,9 @@ class PushCube(Task):
     cube_yaw_range = np.pi / 4
     target_half = 0.025
     success_radius = 0.015
+    # front: cube and mark in every frame (small at 64x64); wrist: the cube on the mark up close,
+    # from behind it, where a push ends
+    classifier_cameras = ("front", "wrist")
     objects = (
         SceneObject("cube", (BoxGeom((0.02, 0.02, 0.02)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.1, friction=0.5),
         SceneObject("target", (BoxGeom((0.025, 0.025, 0.0005)),), rgba=(0.2, 0.75, 0.3, 1.0), collides=False),

@@ -73,13 +73,16 @@ def test_the_main_job_takes_good_values_on_to_its_set_up(tmp_path, variables, st
 
 
 def test_the_main_jobs_task_list_is_the_packages():
-    """main.sh checks TASK before its set-up, without the package: its list must stay the package's."""
+    """main.sh checks TASK before its set-up, without the package: its list and each task's classifier
+    cameras must stay the package's."""
     from robot_rl.sim.tasks import TASKS
 
     script = (ROOT / "scripts" / "main.sh").read_text()
     listed = re.search(r'^SIM_TASKS="([^"]*)"', script, re.M).group(1).split()
-    cases = re.findall(r"^  (\w+)\) CLASSIFIER_CAMERAS=", script, re.M)  # each task's classifier cameras
+    cases = dict(re.findall(r'^  (\w+)\) CLASSIFIER_CAMERAS="([^"]*)"', script, re.M))  # each task's cameras
     assert sorted(listed) == sorted(cases) == sorted(TASKS)
+    assert {name: tuple(cameras.split()) for name, cameras in cases.items()} == \
+        {name: task.classifier_cameras for name, task in TASKS.items()}
 
 
 def test_the_main_jobs_exploration_is_the_packages():

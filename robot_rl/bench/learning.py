@@ -57,22 +57,25 @@ def train_run(name: str, kw: dict) -> dict:
 
 
 def prepare_pixel_data(folder: Path, p: dict, log=print,
-                       objectives: tuple[str, ...] = ("bc", "autoencoder", "classifier")) -> dict:
+                       objectives: tuple[str, ...] = ("bc", "autoencoder", "classifier"), task: str = "PickCube") -> dict:
     """What the pixel rows learn from, made as a lab would: demonstrations with images, the
-    success classifier's takes and the classifier, then the frozen encoder, chosen by probe among
-    the candidates ``objectives`` names (default: behaviour cloning, the spatial autoencoder and
-    the classifier's trunks; ``("bc",)`` is the main job's one fixed objective)."""
+    success classifier's takes (the task's ``classifier_cameras``) and the classifier, then the
+    frozen encoder, chosen by probe among the candidates ``objectives`` names (default: behaviour
+    cloning, the spatial autoencoder and the classifier's trunks; ``("bc",)`` is the main job's one
+    fixed objective)."""
     from robot_rl.commands.encoder import pretrain_encoder
     from robot_rl.commands.record import record_rollouts
     from robot_rl.reward.training import train_classifier
+    from robot_rl.sim.tasks import get_task
 
     cams, size, n = ("front", "wrist"), (64, 64), p["classifier_episodes"]
+    takes_cams = get_task(task).classifier_cameras
     demos, good, bad = folder / "demos.zarr", folder / "classifier_successes.zarr", folder / "classifier_failures.zarr"
-    record_rollouts(demos, "PickCube", p["pixel_demos"], noise=0.1, seed=10_000, images=True, image_size=size,
+    record_rollouts(demos, task, p["pixel_demos"], noise=0.1, seed=10_000, images=True, image_size=size,
                     cameras=cams, keep="successes")
-    record_rollouts(good, "PickCube", n, noise=0.1, seed=100, images=True, image_size=size, cameras=cams + ("side",),
+    record_rollouts(good, task, n, noise=0.1, seed=100, images=True, image_size=size, cameras=takes_cams,
                     keep="successes", hold_after_success=30, hold_motion=0.4, hold_rise=0.3, hold_release=0.5)
-    record_rollouts(bad, "PickCube", n, noise=0.5, seed=200, images=True, image_size=size, cameras=cams + ("side",),
+    record_rollouts(bad, task, n, noise=0.5, seed=200, images=True, image_size=size, cameras=takes_cams,
                     keep="failures", hold_after_failure=20, hold_motion=0.4, hold_rise=0.3)
     train_classifier([good, bad], folder / "classifier", steps=p["classifier_steps"], consecutive=2, device="cpu",
                      log=lambda m: None)
