@@ -37,7 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
+from robot_rl.contract import (STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command,
+                               state_quat)
 from robot_rl.errors import InputError, UserFacingError
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 
@@ -221,9 +222,7 @@ class FrankaArm:
         rs = self.robot.state
         pose = rs.O_T_EE
         quat_xyzw = np.asarray(pose.quaternion, np.float64)
-        quat = np.array([quat_xyzw[3], *quat_xyzw[:3]])
-        if quat[0] < 0:
-            quat = -quat
+        quat = state_quat([quat_xyzw[3], *quat_xyzw[:3]])
         twist = self.robot.current_cartesian_velocity.end_effector_twist
         state = np.zeros(STATE_DIM, np.float32)
         state[STATE_SLICES["tcp_pos"]] = np.asarray(pose.translation)

@@ -34,7 +34,7 @@ SIM_CAMERAS = ("front", "wrist", "side")
 # (name, size) in the order they appear in the state vector.
 STATE_LAYOUT: tuple[tuple[str, int], ...] = (
     ("tcp_pos", 3),  # metres, base frame
-    ("tcp_quat", 4),  # w, x, y, z, base frame, w >= 0
+    ("tcp_quat", 4),  # w, x, y, z, base frame, on the home orientation's side (state_quat)
     ("tcp_linvel", 3),  # m/s
     ("tcp_angvel", 3),  # rad/s
     ("gripper_width", 1),  # metres between the finger pads
@@ -42,6 +42,19 @@ STATE_LAYOUT: tuple[tuple[str, int], ...] = (
     ("ee_torque", 3),  # Nm, external torque on the end effector, base frame
 )
 STATE_DIM = sum(size for _, size in STATE_LAYOUT)
+
+# The TCP's home orientation, the gripper pointing down (geometry.HOME_ROTATION), as (w, x, y, z).
+HOME_QUAT = np.array([0.0, 1.0, 0.0, 0.0])
+
+
+def state_quat(quat_wxyz) -> np.ndarray:
+    """The TCP quaternion as the state holds it: of q and -q (one rotation), the one on the home
+    orientation's side (q . HOME_QUAT >= 0). The home quaternion has w = 0, so the usual w >= 0
+    choice flips the sign of the whole quaternion on any tilt across the home pose, a jump of 2 in
+    an observation of a pose that barely moved; this choice is continuous for every rotation within
+    180 degrees of home (the safety box allows far less)."""
+    q = np.asarray(quat_wxyz, np.float64)
+    return -q if float(q @ HOME_QUAT) < 0 else q
 
 
 def state_slices() -> dict[str, slice]:

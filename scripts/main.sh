@@ -47,6 +47,7 @@ bad() {  # bad MESSAGE: one line on stderr, exit status 2
   exit 2
 }
 SIM_TASKS="PickCube PegInsert PegInsertHard PushCube"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
+FAILURE_NOISE=0.5  # the expert's noise for the classifier's failed takes (a task's failed_takes_noise)
 case "$TASK" in  # the cameras of the classifier's takes, and of the policy's rollouts it is checked on
   PickCube) CLASSIFIER_CAMERAS="front wrist side" ROLLOUT_CAMERAS="front wrist side" ;;
   # the peg is held rigidly in the hand, so the wrist camera sees its insertion directly: the hole's
@@ -54,7 +55,7 @@ case "$TASK" in  # the cameras of the classifier's takes, and of the policy's ro
   # cameras, a metre away, the peg is a few pixels at 64x64 (held-out false positives: wrist 0.38 %,
   # front + wrist + side 0.63 %, recall 1.0 both; docs/CALIBRATION.md)
   PegInsert) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;
-  PegInsertHard) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;  # as PegInsert
+  PegInsertHard) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" FAILURE_NOISE=1.0 ;;  # as PegInsert
   # the front camera sees cube and mark in every frame (small at 64x64); the wrist camera sees the
   # cube sitting on the mark up close from behind it, where a push ends
   PushCube) CLASSIFIER_CAMERAS="front wrist" ROLLOUT_CAMERAS="front wrist" ;;
@@ -100,7 +101,7 @@ quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.1 --seed 10000 --su
     --cameras front wrist --out "$RUN/demos.zarr"
 quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.1 --seed 100 --successful-only $CAMS \
     --hold-after-success 30 --hold-motion 0.4 --hold-rise 0.3 --hold-release 0.5 --out "$RUN/classifier_successes.zarr"
-quiet_guard $R record --task "$TASK" --episodes 20 --noise 0.5 --seed 200 --failed-only $CAMS \
+quiet_guard $R record --task "$TASK" --episodes 20 --noise "$FAILURE_NOISE" --seed 200 --failed-only $CAMS \
     --hold-after-failure 20 --hold-motion 0.4 --hold-rise 0.3 --out "$RUN/classifier_failures.zarr"
 
 stage "train the success classifier ($CLASSIFIER_STEPS steps) and calibrate it for 1% false positives" \

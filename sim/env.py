@@ -135,7 +135,8 @@ class PandaCellEnv(gym.Env):
         linvel, angvel = self.backend.tcp_velocity()
         force, torque = self.backend.wrench()
         width = self.backend.gripper_width()
-        return np.concatenate([pos, matrix_to_quat(rot), linvel, angvel, [width], force, torque]).astype(np.float32)
+        return np.concatenate([pos, contract.state_quat(matrix_to_quat(rot)), linvel, angvel, [width], force,
+                               torque]).astype(np.float32)
 
     def _observation(self, poses: dict | None = None) -> dict:
         obs: dict = {"state": self._state()}

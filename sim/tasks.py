@@ -67,6 +67,9 @@ class Task:
     # The cameras the success classifier reads (the main job records its takes with them): the
     # views where success is plain to see, chosen per task (docs/CALIBRATION.md has the figures).
     classifier_cameras: tuple[str, ...] = ("front", "wrist")
+    # The expert's action noise for the classifier's failed takes (recorded --failed-only): enough
+    # that most takes fail, so 20 are found within the recorder's tries.
+    failed_takes_noise: float = 0.5
 
     @classmethod
     def description(cls) -> str:
@@ -195,6 +198,7 @@ class PegInsertHard(PegInsert):
     grasp_offset_z = 0.008  # and +-8 mm along it
     grasp_yaw_range = np.radians(10.0)
     grasp_tilt_range = np.radians(4.0)  # about the base x and y axes
+    failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:
         hx, hy = rng.uniform(-self.hole_region, self.hole_region, size=2)

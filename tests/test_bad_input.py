@@ -83,6 +83,10 @@ def test_the_main_jobs_task_list_is_the_packages():
     assert sorted(listed) == sorted(cases) == sorted(TASKS)
     assert {name: tuple(cameras.split()) for name, cameras in cases.items()} == \
         {name: task.classifier_cameras for name, task in TASKS.items()}
+    noises = dict(re.findall(r'^  (\w+)\) CLASSIFIER_CAMERAS=.* FAILURE_NOISE=([0-9.]+)', script, re.M))
+    default = float(re.search(r"^FAILURE_NOISE=([0-9.]+)", script, re.M).group(1))
+    assert {name: float(noises.get(name, default)) for name in TASKS} == \
+        {name: task.failed_takes_noise for name, task in TASKS.items()}
 
 
 def test_the_main_jobs_exploration_is_the_packages():

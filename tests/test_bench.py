@@ -239,7 +239,7 @@ def test_hil_steps_to_90_start_after_the_clones_evaluation():
 
 
 def test_hil_bench_quick_gives_every_figure():
-    """PickCube from pixels, both rewards, with and without the simulated human: every figure
+    """The hard task from pixels, both rewards, with and without the simulated human: every figure
     there and each what its name says of the runs' curves."""
     pytest.importorskip("rclpy")
     from robot_rl.bench import hil as hil_bench
@@ -247,12 +247,12 @@ def test_hil_bench_quick_gives_every_figure():
     figures = hil_bench.run(quick=True, log=lambda msg: None)
     seeds = hil_bench.QUICK["seeds"]
     assert figures["seeds"] == seeds and figures["eagerness"] == hil_bench.EAGERNESS
-    assert figures["pickcube_demos"] == hil_bench.QUICK["pixel_demos"]
+    assert figures[f"{hil_bench.KEY}_demos"] == hil_bench.QUICK["pixel_demos"]
     assert isinstance(figures["encoder_held_out_loss"], float)
     for reward in ("ground_truth", "classifier"):
         ratios, reached = [], {"with_human": 0, "without_human": 0}
         for seed in range(seeds):
-            key = f"pickcube_{reward}_seed{seed}"
+            key = f"{hil_bench.KEY}_{reward}_seed{seed}"
             steps = {}
             for run in ("with_human", "without_human"):
                 curve = figures[f"{key}_{run}_curve"]
@@ -277,17 +277,17 @@ def test_hil_bench_quick_gives_every_figure():
             assert isinstance(human_steps, int) and isinstance(takeovers, int), key
             assert human_steps == sum(figures[f"{key}_intervention_steps_by_episode"]), key
             assert takeovers >= (1 if human_steps else 0), key
-        median = figures[f"pickcube_{reward}_steps_ratio_median"]
+        median = figures[f"{hil_bench.KEY}_{reward}_steps_ratio_median"]
         assert median is None or isinstance(median, float), reward
         assert median == (round(statistics.median(ratios), 3) if ratios else None), reward
-        assert figures[f"pickcube_{reward}_seeds_with_ratio"] == len(ratios)
+        assert figures[f"{hil_bench.KEY}_{reward}_seeds_with_ratio"] == len(ratios)
         for run in ("with_human", "without_human"):
-            assert figures[f"pickcube_{reward}_reached_90_{run}"] == reached[run], (reward, run)
-            lows = [v for seed in range(seeds) if (v := figures[f"pickcube_{reward}_seed{seed}_lowest_eval_{run}"])
+            assert figures[f"{hil_bench.KEY}_{reward}_reached_90_{run}"] == reached[run], (reward, run)
+            lows = [v for seed in range(seeds) if (v := figures[f"{hil_bench.KEY}_{reward}_seed{seed}_lowest_eval_{run}"])
                     is not None]
-            assert figures[f"pickcube_{reward}_lowest_eval_median_{run}"] == (
+            assert figures[f"{hil_bench.KEY}_{reward}_lowest_eval_median_{run}"] == (
                 round(statistics.median(lows), 3) if lows else None), (reward, run)
-    assert not any(k.startswith("peginsert") for k in figures)  # the state rows are gone
+    assert not any(k.startswith("peginsert_state") for k in figures)  # the state rows are gone
     assert figures["total_wall_s"] > 0 and figures["notes"]
     assert figures["console_inputs_seen"] == figures["console_inputs"]
     assert 0 < figures["console_input_to_command_ms_p50"] <= figures["console_input_to_command_ms_p99"]

@@ -232,3 +232,28 @@ def test_wrench_sensor_feels_the_peg_landing_on_the_fixture(backend):
     assert abs(free_force[2]) < 2.0
     assert force[2] > 10.0, force  # the fixture pushes the hand up
     env.close()
+
+
+def test_the_state_quaternion_never_flips_as_the_hand_tilts_across_home():
+    """Home (the gripper down) has w = 0: the usual w >= 0 choice flipped the whole quaternion on
+    any tilt across it, a jump of 2 in the observation of a pose that barely moved (the
+    human's corrections and the demonstrations then disagreed on the sign, issue 43)."""
+    from robot_rl.contract import HOME_QUAT, state_quat
+    from robot_rl.geometry import matrix_to_quat, rotvec_to_matrix
+
+    for axis in np.eye(3):
+        quats = [state_quat(matrix_to_quat(rotvec_to_matrix(angle * axis) @ HOME_ROTATION))
+                 for angle in np.linspace(-0.3, 0.3, 61)]
+        assert max(np.abs(np.diff(quats, axis=0)).max(axis=1)) < 0.01, axis
+        assert all(q @ HOME_QUAT > 0.9 for q in quats)
+    np.testing.assert_allclose(state_quat([0.0, -1.0, 0.0, 0.0]), HOME_QUAT)
+    env = make("PegInsert")
+    obs, _ = env.reset(seed=0)
+    s = contract.STATE_SLICES["tcp_quat"]
+    previous = obs["state"][s]
+    for sign in (1, -1, 1, -1):  # rock the hand about x across home: w changes sign each time
+        for _ in range(3):
+            obs, *_ = env.step(np.array([0, 0, 0, sign * 0.5, 0, 0, 0], np.float32))
+            assert np.abs(obs["state"][s] - previous).max() < 0.2
+            previous = obs["state"][s]
+    env.close()

@@ -1,6 +1,7 @@
 """``robot-rl bench hil``: what a human in the loop buys, on the sim twin, from pixels.
 
-PickCube as the main job (scripts/main.sh) trains it: the policy sees the front and wrist
+``TASK`` (PegInsertHard: imitation from 20 demonstrations gets at most half of it, so the human
+has work to do) as the main job (scripts/main.sh) trains it: the policy sees the front and wrist
 cameras at 64x64 and the arm's own state (no object pose) through a frozen image encoder
 pretrained by behaviour cloning on demonstrations recorded with images (the same data
 ``robot-rl bench learning`` prepares, ``bench.learning.prepare_pixel_data``, with the encoder's
@@ -39,10 +40,12 @@ from pathlib import Path
 import numpy as np
 
 EAGERNESS = 0.5
+TASK = "PegInsertHard"  # a task where imitation alone gets at most half (docs/CALIBRATION.md): the human has work
+KEY = TASK.lower()  # the figures' prefix
 REWARDS = ("ground_truth", "classifier")  # the sim's success, or the learned classifier's on the cameras
 # the pixel data (demos, classifier, encoder) as bench.learning.prepare_pixel_data makes it, at the
 # main job's sizes in full; the quick numbers are the learning bench's quick pixel rows', the
-# budget just past PickCube's 100-step time limit, so that an episode ends
+# budget just past the task's 100-step time limit, so that an episode ends
 FULL = dict(seeds=3, env_steps=20_000, eval_every=1000, eval_episodes=20, pretrain=1000, warmup=1000,
             console_inputs=300, pixel_demos=20, classifier_episodes=20, classifier_steps=4000,
             encoder_steps=1000, probe_steps=500)
@@ -136,7 +139,7 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
     encoder, classifier and seed)."""
     from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION, AgentSettings
 
-    common = dict(task="PickCube", obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
+    common = dict(task=TASK, obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
                   env_steps=p["env_steps"], eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                   final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
                   critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"],
@@ -147,8 +150,8 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
             kw = dict(common, seed=seed)
             if reward == "classifier":
                 kw["reward_classifier"] = data["reward_classifier"]
-            runs[f"pickcube_{reward}_seed{seed}_with_human"] = dict(kw, human_eagerness=EAGERNESS, intervention_bc_steps=1)
-            runs[f"pickcube_{reward}_seed{seed}_without_human"] = kw
+            runs[f"{KEY}_{reward}_seed{seed}_with_human"] = dict(kw, human_eagerness=EAGERNESS, intervention_bc_steps=1)
+            runs[f"{KEY}_{reward}_seed{seed}_without_human"] = kw
     return runs
 
 
@@ -171,7 +174,7 @@ def reward_figures(results: dict[str, dict], reward: str, seeds: int) -> dict:
     ratios, reached_with, reached_without = [], 0, 0
     lowest: dict[str, list[float]] = {"with_human": [], "without_human": []}
     for seed in range(seeds):
-        key = f"pickcube_{reward}_seed{seed}"
+        key = f"{KEY}_{reward}_seed{seed}"
         with_h, without = results[f"{key}_with_human"], results[f"{key}_without_human"]
         a, b = steps_to_90_after_start(with_h["evals"]), steps_to_90_after_start(without["evals"])
         ratio = steps_ratio(a, b)
@@ -194,23 +197,24 @@ def reward_figures(results: dict[str, dict], reward: str, seeds: int) -> dict:
             figures[f"{key}_lowest_eval_{run}"] = min(learning) if learning else None
             if learning:
                 lowest[run].append(min(learning))
-    figures[f"pickcube_{reward}_steps_ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
-    figures[f"pickcube_{reward}_seeds_with_ratio"] = len(ratios)
-    figures[f"pickcube_{reward}_reached_90_with_human"] = reached_with
-    figures[f"pickcube_{reward}_reached_90_without_human"] = reached_without
+    figures[f"{KEY}_{reward}_steps_ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
+    figures[f"{KEY}_{reward}_seeds_with_ratio"] = len(ratios)
+    figures[f"{KEY}_{reward}_reached_90_with_human"] = reached_with
+    figures[f"{KEY}_{reward}_reached_90_without_human"] = reached_without
     for run, values in lowest.items():  # how far the policy alone falls while it learns
-        figures[f"pickcube_{reward}_lowest_eval_median_{run}"] = round(statistics.median(values), 3) if values else None
+        figures[f"{KEY}_{reward}_lowest_eval_median_{run}"] = round(statistics.median(values), 3) if values else None
     return figures
 
 
 def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
     from robot_rl.bench.learning import prepare_pixel_data, train_run
+    from robot_rl.sim.tasks import get_task
 
     p = QUICK if quick else FULL
     console = console_latency(p["console_inputs"], log)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-hil-pixel-data-") as data_dir:
-        data = prepare_pixel_data(Path(data_dir), p, log, objectives=("bc",))
+        data = prepare_pixel_data(Path(data_dir), p, log, objectives=("bc",), task=TASK)
         runs = plan(p, data)
         jobs = max(1, min(len(runs), jobs or os.cpu_count() or 1))
         log(f"{len(runs)} training runs, {jobs} at a time")
@@ -220,18 +224,18 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
     first = results[next(iter(runs))]
     figures: dict = {"eagerness": EAGERNESS, "seeds": p["seeds"], "env_steps": p["env_steps"],
                      "eval_every": p["eval_every"], "eval_episodes": p["eval_episodes"],
-                     "pickcube_demos": first["demos"],
+                     f"{KEY}_demos": first["demos"],
                      "encoder_held_out_loss": data["encoder_report"]["candidates"]["bc"]["held_out_loss"], **console}
     for reward in REWARDS:
         figures.update(reward_figures(results, reward, p["seeds"]))
     figures.update(parallel_runs=jobs, total_wall_s=round(time.time() - t0, 1))
     figures["notes"] = [
-        f"PickCube from pixels as scripts/main.sh trains it: front + wrist cameras at 64x64 + the arm's state, no "
+        f"{TASK} from pixels as scripts/main.sh trains it: front + wrist cameras at 64x64 + the arm's state, no "
         f"object pose, through a frozen encoder pretrained by behaviour cloning ({p['encoder_steps']} steps, the one "
         f"objective bc) on {p['pixel_demos']} demos recorded with images (scripted expert, noise 0.1, successful "
         "takes); SAC/RLPD, UTD 2, residual RL on a BC base, learner in its own process",
-        f"two rewards: ground_truth (the sim's success) and classifier (the learned success classifier: front, wrist "
-        f"and side cameras at 64x64, trained {p['classifier_steps']} steps on {p['classifier_episodes']} successful "
+        f"two rewards: ground_truth (the sim's success) and classifier (the learned success classifier: "
+        f"{', '.join(get_task(TASK).classifier_cameras)} at 64x64, trained {p['classifier_steps']} steps on {p['classifier_episodes']} successful "
         f"and {p['classifier_episodes']} failed takes, calibrated for 1% false positives, firing on 2 positive "
         "frames in a row); evaluation always grades by ground truth",
         f"seeds 0-{p['seeds'] - 1}; per reward and seed the runs with and without the human share the demos, the "

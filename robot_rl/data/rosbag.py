@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.config import read_map_file, read_yaml_file
-from robot_rl.contract import ACTION_DIM, STATE_DIM, STATE_SLICES, ControlLimits
+from robot_rl.contract import ACTION_DIM, STATE_DIM, STATE_SLICES, ControlLimits, state_quat
 from robot_rl.data.output import remove, written_whole
 from robot_rl.data.recorder import PRIVILEGED_PREFIX
 from robot_rl.data.store import EpisodeStore, StoreError, store_to_export
@@ -421,8 +421,7 @@ def _import_mapped(reader, ts, bag: Path, out: Path, topics: dict[str, str], m: 
 
 
 def _wxyz(q) -> list[float]:
-    quat = np.array([q.w, q.x, q.y, q.z])
-    return list(quat if quat[0] >= 0 else -quat)
+    return list(state_quat([q.w, q.x, q.y, q.z]))
 
 
 def _episode_spans(msgs: dict, m: BagMap) -> list[tuple[int, int]]:
