@@ -17,26 +17,27 @@ TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_wa
 
 
 @pytest.mark.learning
-def test_learns_peg_insert_from_few_demos(tmp_path, capsys):
-    """A small state task learned to a meaningful success rate, asserted over 20 episodes: three
-    demos clone into a policy that often misses the hole; the online phase must fix it. The
-    learner is driven inline so the run is deterministic (the process path: next test)."""
-    cfg = TrainConfig(task="PegInsert", demos=3, env_steps=3000, eval_every=1000, eval_episodes=20,
-                      final_eval_episodes=20, learner="inline", run_dir=str(tmp_path / "run"), progress=False)
+def test_rl_lifts_a_hard_task_well_past_its_clone(tmp_path, capsys):
+    """PegInsertHard, where 20 demonstrations clone into a policy that succeeds at most half the
+    time (docs/CALIBRATION.md): the online phase must lift it well past the clone, both graded over
+    50 episodes, and the final policy must also be quicker to success than the clone. The learner
+    is driven inline so the run is deterministic (the process path: next test)."""
+    cfg = TrainConfig(task="PegInsertHard", demos=20, env_steps=4000, eval_every=2000, eval_episodes=50,
+                      final_eval_episodes=50, learner="inline", run_dir=str(tmp_path / "run"), progress=False)
     summary = train(cfg, log=lambda m: None)
-    assert summary["final_eval_episodes"] == 20
+    assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 50
     cloned = summary["evals"][0]["success_rate"]  # the BC base alone, before any online step
-    assert summary["evals"][0]["env_steps"] == 0
-    # random actions never insert the peg; the residual learner must end well above chance and the clone
-    assert summary["final_success_rate"] >= 0.85, summary["evals"]
-    assert summary["final_success_rate"] > cloned, summary["evals"]
-    assert summary["updates"] >= 2 * 3000  # the learner kept the update-to-data ratio
+    assert cloned <= 0.5, summary["evals"]  # imitation alone gets at most half of this task
+    assert summary["final_success_rate"] >= 0.9 and summary["final_success_rate"] >= cloned + 0.3, summary["evals"]
+    cycle = summary["cycle_time"]  # steps to success over successful episodes only
+    assert cycle["final_steps_to_success"] < cycle["clone_steps_to_success"], cycle
+    assert summary["updates"] >= 2 * 4000  # the learner kept the update-to-data ratio
     run = tmp_path / "run"
     for name in ("config.json", "summary.json", "learning_curve.png"):
         assert (run / name).is_file()
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     # the eval command, from the checkpoint alone, on 20 episodes the training never evaluated
-    # (eval's seeds start at 3_000_000, the trainer's at 2_000_000): the same high success rate
+    # (eval's seeds start at 3_000_000, the trainer's at 2_000_000): a success rate as high
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(run), "--episodes", "20"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
