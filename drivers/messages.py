@@ -18,7 +18,7 @@ from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header, UInt8MultiArray
 
-from robot_rl.contract import STATE_SLICES
+from robot_rl.contract import STATE_SLICES, state_quat
 from robot_rl.errors import InputError
 
 
@@ -118,9 +118,7 @@ def _finite(values, what: str) -> np.ndarray:
 def state_from_msgs(pose: PoseStamped, twist: TwistStamped, wrench: WrenchStamped, gripper_width: float) -> np.ndarray:
     """The contract's robot state vector from the arm driver's messages."""
     p, o = pose.pose.position, pose.pose.orientation
-    quat = _finite([o.w, o.x, o.y, o.z], "pose orientation")
-    if quat[0] < 0:
-        quat = -quat
+    quat = state_quat(_finite([o.w, o.x, o.y, o.z], "pose orientation"))
     lin, ang = twist.twist.linear, twist.twist.angular
     f, t = wrench.wrench.force, wrench.wrench.torque
     parts = [_finite([p.x, p.y, p.z], "pose position"), quat, _finite([lin.x, lin.y, lin.z], "twist"),
