@@ -28,6 +28,22 @@ def _translation_action(error: np.ndarray, limits: ControlLimits, gain: float = 
     return np.clip(gain * error / limits.max_translation_m, -1.0, 1.0)
 
 
+def _action(translation: np.ndarray, tcp_rot: np.ndarray, target_rot: np.ndarray, gripper: float,
+            limits: ControlLimits) -> np.ndarray:
+    """The 7-D action that moves the TCP by ``translation`` towards ``target_rot``, with ``gripper``."""
+    action = np.zeros(7)
+    action[:3] = _translation_action(translation, limits)
+    action[3:6] = _rotation_action(tcp_rot, target_rot, limits)
+    action[6] = gripper
+    return action
+
+
+def _tcp_pose(obs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The TCP's position and rotation matrix from the observation's state."""
+    state = obs["state"]
+    return state[STATE_SLICES["tcp_pos"]].astype(np.float64), quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+
+
 def _yaw_rotation(yaw: float) -> np.ndarray:
     c, s = np.cos(yaw), np.sin(yaw)
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]) @ HOME_ROTATION
@@ -108,9 +124,7 @@ class PickCubeExpert(ScriptedExpert):
         return 0.5 * reach + 0.5 * lift
 
     def _clean_action(self, obs: dict) -> np.ndarray:
-        state = obs["state"]
-        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        tcp, tcp_rot = _tcp_pose(obs)
         cube = obs["privileged"]["cube"].astype(np.float64)
         cube_pos, cube_yaw = cube[:3], quat_to_yaw(cube[3:7])
         # A cube looks the same every 90 degrees: grasp at the nearest face-aligned yaw.
@@ -138,11 +152,17 @@ class PickCubeExpert(ScriptedExpert):
         if self.phase == "lift":
             target, gripper = np.array([tcp[0], tcp[1], 0.25]), 1.0
             target_rot = tcp_rot
-        action = np.zeros(7)
-        action[:3] = _translation_action(target - tcp, self.limits)
-        action[3:6] = _rotation_action(tcp_rot, target_rot, self.limits)
-        action[6] = gripper
-        return action
+        return _action(target - tcp, tcp_rot, target_rot, gripper, self.limits)
+
+
+def insertion_progress(task, bottom: np.ndarray, hole: np.ndarray, align_within: float) -> float:
+    """A peg task's progress: half for the peg's bottom over the hole (0 beyond ``align_within``
+    metres off its axis), half for its depth from about where it starts to the success depth."""
+    align = 1.0 - min(float(np.linalg.norm(hole[:2] - bottom[:2])) / align_within, 1.0)
+    start = hole[2] + task.hole_depth + 0.03  # about where the peg starts
+    goal = hole[2] + task.hole_depth - task.insertion_depth
+    depth = float(np.clip((start - bottom[2]) / (start - goal), 0.0, 1.0))
+    return 0.5 * align + 0.5 * depth
 
 
 class PegInsertExpert(ScriptedExpert):
@@ -156,17 +176,11 @@ class PegInsertExpert(ScriptedExpert):
         peg = obs["privileged"]["peg"].astype(np.float64)
         hole = obs["privileged"]["hole"].astype(np.float64)[:3]
         bottom = peg[:3] + quat_to_matrix(peg[3:7]) @ np.array([0.0, 0.0, -task.peg_half[2]])
-        align = 1.0 - min(float(np.linalg.norm(hole[:2] - bottom[:2])) / 0.04, 1.0)
-        start = hole[2] + task.hole_depth + 0.03  # about where the peg starts
-        goal = hole[2] + task.hole_depth - task.insertion_depth
-        depth = float(np.clip((start - bottom[2]) / (start - goal), 0.0, 1.0))
-        return 0.5 * align + 0.5 * depth
+        return insertion_progress(task, bottom, hole, align_within=0.04)
 
     def _clean_action(self, obs: dict) -> np.ndarray:
         task = PegInsert
-        state = obs["state"]
-        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        tcp, tcp_rot = _tcp_pose(obs)
         peg = obs["privileged"]["peg"].astype(np.float64)
         hole = obs["privileged"]["hole"].astype(np.float64)[:3]
         peg_bottom = peg[:3] + quat_to_matrix(peg[3:7]) @ np.array([0.0, 0.0, -task.peg_half[2]])
@@ -183,11 +197,7 @@ class PegInsertExpert(ScriptedExpert):
             target[2] -= 0.02
             if np.linalg.norm(xy_err) > 0.006 and peg_bottom[2] > hole_top:
                 self._set_phase("approach")
-        action = np.zeros(7)
-        action[:3] = _translation_action(target - tcp, self.limits)
-        action[3:6] = _rotation_action(tcp_rot, HOME_ROTATION, self.limits)
-        action[6] = 1.0
-        return action
+        return _action(target - tcp, tcp_rot, HOME_ROTATION, 1.0, self.limits)
 
 
 class PegInsertHardExpert(ScriptedExpert):
@@ -222,19 +232,12 @@ class PegInsertHardExpert(ScriptedExpert):
 
     @staticmethod
     def progress(obs: dict) -> float:
-        task = PegInsertHard
         bottom, _, hole, _ = PegInsertHardExpert._peg_and_hole(obs)
-        align = 1.0 - min(float(np.linalg.norm(hole[:2] - bottom[:2])) / 0.07, 1.0)
-        start = hole[2] + task.hole_depth + 0.03
-        goal = hole[2] + task.hole_depth - task.insertion_depth
-        depth = float(np.clip((start - bottom[2]) / (start - goal), 0.0, 1.0))
-        return 0.5 * align + 0.5 * depth
+        return insertion_progress(PegInsertHard, bottom, hole, align_within=0.07)
 
     def _clean_action(self, obs: dict) -> np.ndarray:
         task = PegInsertHard
-        state = obs["state"]
-        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        tcp, tcp_rot = _tcp_pose(obs)
         bottom, peg_rot, hole, hole_yaw = self._peg_and_hole(obs)
         # the peg upright at the hole's yaw; a square peg fits every 90 degrees: the nearest
         peg_yaw = float(np.arctan2(peg_rot[1, 0], peg_rot[0, 0]))
@@ -250,11 +253,7 @@ class PegInsertHardExpert(ScriptedExpert):
             target[2] -= 0.01  # down, centring as it goes
         else:
             target[2] += hole_top + self.hover_height - bottom[2]
-        action = np.zeros(7)
-        action[:3] = _translation_action(target - tcp, self.limits)
-        action[3:6] = _rotation_action(tcp_rot, target_rot, self.limits)
-        action[6] = 1.0
-        return action
+        return _action(target - tcp, tcp_rot, target_rot, 1.0, self.limits)
 
 
 class PushCubeExpert(ScriptedExpert):
@@ -276,9 +275,7 @@ class PushCubeExpert(ScriptedExpert):
         return 0.2 * reach + 0.8 * push
 
     def _clean_action(self, obs: dict) -> np.ndarray:
-        state = obs["state"]
-        tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        tcp_rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]])
+        tcp, tcp_rot = _tcp_pose(obs)
         cube = obs["privileged"]["cube"].astype(np.float64)[:2]
         mark = obs["privileged"]["target"].astype(np.float64)[:2]
         to_mark = mark - cube
@@ -299,11 +296,7 @@ class PushCubeExpert(ScriptedExpert):
             target = np.array([behind[0], behind[1], self.travel_height])
         else:  # and down there
             target = np.array([behind[0], behind[1], self.push_height])
-        action = np.zeros(7)
-        action[:3] = _translation_action(target - tcp, self.limits)
-        action[3:6] = _rotation_action(tcp_rot, HOME_ROTATION, self.limits)
-        action[6] = 1.0
-        return action
+        return _action(target - tcp, tcp_rot, HOME_ROTATION, 1.0, self.limits)
 
 
 EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert,
