@@ -158,7 +158,9 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
 def steps_ratio(with_human: int | None, without: int | None) -> float | None:
     """Env steps to 90% with the human over without; None unless both reached it (and without
     took more than 0 steps)."""
-    return round(with_human / without, 3) if with_human is not None and without else None
+    from robot_rl.commands.train import ratio
+
+    return ratio(with_human, without)
 
 
 def steps_to_90_after_start(evals: list[dict]) -> int | None:
