@@ -46,12 +46,14 @@ def _sections(cls) -> list[tuple[type, list[dataclasses.Field]]]:
 
 
 def _help(f: dataclasses.Field) -> str:
+    """The field's help for argparse, with its default; '%' escaped (argparse formats help with %)."""
     default = field_default(f)
-    if default is None or dataclasses.is_dataclass(default):
-        return f.metadata["help"]
-    if isinstance(default, tuple):
-        default = " ".join(map(str, default))
-    return f"{f.metadata['help']} (default {default})"
+    text = f.metadata["help"]
+    if default is not None and not dataclasses.is_dataclass(default):
+        if isinstance(default, tuple):
+            default = " ".join(map(str, default))
+        text = f"{text} (default {default})"
+    return text.replace("%", "%%")
 
 
 def _kind_options(kind, f: dataclasses.Field) -> dict:

@@ -109,3 +109,21 @@ def test_console_script_lists_tasks():
     out = subprocess.run([exe, "sim", "tasks"], capture_output=True, text=True, timeout=120, check=True, env=env)
     assert_every_task_described_in_full(out.stdout, 60)
     assert "backends: mujoco, pybullet" in out.stdout
+
+
+def test_train_help_prints_every_fields_help_as_written(capsys):
+    """argparse formats help text with %: a field whose help says '90 %' must print as written,
+    not argparse's internals (and not fail)."""
+    import dataclasses
+
+    from robot_rl.config import TrainConfig
+
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "option_strings" not in out
+    with_percent = [f for f in dataclasses.fields(TrainConfig) if "%" in f.metadata.get("help", "")]
+    assert with_percent, "no TrainConfig help holds a '%' any more: this test checks nothing"
+    for f in with_percent:
+        assert " ".join(f.metadata["help"].split()) in out, f.name
