@@ -6,6 +6,7 @@ import torch
 
 from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
 from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index, metrics_to_floats
+from robot_rl.errors import InputError
 from robot_rl.runtime.checkpoint import CheckpointError, check_compatible, load_agent, read_agent_config, save_agent
 from robot_rl.runtime.transport import pack, unpack
 
@@ -221,6 +222,26 @@ def test_residual_penalty_holds_the_policy_at_the_base():
     free, held = drift(0.0), drift(100.0)
     assert free > 0.1
     assert held < free / 4
+
+
+def test_init_std_sets_the_exploration_in_every_state_and_learning_moves_it():
+    states = {"state": np.random.default_rng(2).normal(size=(64, 8)).astype(np.float32)}
+
+    def stds(agent):
+        with torch.no_grad():
+            return agent.actor(agent.encoder(agent._obs(states, augment=False)))[1].exp()
+
+    assert stds(_agent()).max() / stds(_agent()).min() > 3  # as initialised: any std, state by state
+    agent = _agent(residual_scale=0.5, init_std=0.1)
+    assert torch.allclose(stds(agent), torch.full((64, 6), 0.1), rtol=0.1)
+    for i in range(20):
+        agent.update(_batch(32, seed=i))
+    assert not torch.allclose(stds(agent), torch.full((64, 6), 0.1), rtol=1e-3)  # a start, not a clamp
+    for bad in (0.0, -1.0, 100.0):
+        with pytest.raises(InputError, match="init_std must lie in"):
+            _agent(init_std=bad)
+
+
 def test_policy_weights_round_trip_without_pickle(monkeypatch):
     import pickle
 

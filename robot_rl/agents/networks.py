@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.agents.encoders import MultiCameraEncoder
+from robot_rl.errors import InputError
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -89,6 +90,17 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, feature_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)):
         super().__init__()
         self.net = mlp(feature_dim, hidden, 2 * action_dim)
+
+    def start_std(self, std: float) -> None:
+        """Start with exploration std ``std`` (pre-tanh) in every state: the log-std head's weights
+        near zero and its bias at the value that gives ``std``; learning moves it from there."""
+        if not math.exp(LOG_STD_MIN) < std < math.exp(LOG_STD_MAX):
+            raise InputError(f"init_std must lie in ({math.exp(LOG_STD_MIN):.4g}, {math.exp(LOG_STD_MAX):.4g}), got {std}")
+        head, half = self.net[-1], self.net[-1].out_features // 2
+        unit = 2.0 * (math.log(std) - LOG_STD_MIN) / (LOG_STD_MAX - LOG_STD_MIN) - 1.0  # tanh of the raw output
+        with torch.no_grad():
+            head.weight[half:].mul_(0.01)
+            head.bias[half:].fill_(math.atanh(unit))
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(features).chunk(2, dim=-1)

@@ -136,6 +136,8 @@ class SACAgent(nn.Module):
             with torch.no_grad():
                 self.actor.net[-1].weight[: c.motion_dim].mul_(0.01)
                 self.actor.net[-1].bias[: c.motion_dim].zero_()
+        if c.init_std is not None:
+            self.actor.start_std(c.init_std)
         self.critic = CriticEnsemble(c.num_critics, feat, c.motion_dim, c.hidden)
         self.grasp = GraspCritic(feat, c.hidden) if c.grasp_critic else None
         self.log_alpha = nn.Parameter(torch.tensor(float(np.log(c.init_temperature))))

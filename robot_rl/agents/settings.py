@@ -47,6 +47,7 @@ class AgentSettings:
     tau: float = 0.005
     init_temperature: float = 0.01
     target_entropy: float | None = None  # None -> -|A_motion| / 2
+    init_std: float | None = None  # the actor's exploration std (pre-tanh) at the start in every state; None: as initialised
     backup_entropy: bool = False
     critic_actor_ratio: int = 1  # critic updates per actor update
     autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
