@@ -16,7 +16,7 @@
 #      a simulated human (the scripted expert, eagerness HUMAN) who takes over when the policy
 #      stalls or heads for failure; the takeovers are flagged, go to the online and demo buffers,
 #      and each human step owes one behaviour-cloning step of the base (--intervention-bc-steps 1,
-#      docs/CALIBRATION.md); evaluations always run the policy alone: round 1 for 3/4 of the steps, then the classifier is measured
+#      docs/CALIBRATION.md; not on PegInsertHard and PushCube, whose base that ruins); evaluations always run the policy alone: round 1 for 3/4 of the steps, then the classifier is measured
 #      on the policy's own rollouts and, above its target false-positive rate, retrained with
 #      those hard negatives; round 2 goes on to the end with the classifier of that moment;
 #   5. grade it by ground truth (50 episodes, the run's one final figure, in summary.json and
@@ -24,7 +24,7 @@
 #      <run>/report.md (curves, both rounds' classifier figures).
 # Each stage says "stage k of n", what it does and how long it should take; long loops print a
 # progress line at least every 15 s, and any 20 s without output gets a "still running" line.
-# STEPS (default 10000) sets the env-step budget, CLASSIFIER_STEPS (default 2000) the classifier's
+# STEPS (default 10000; PegInsertHard and PushCube 20000) sets the env-step budget, CLASSIFIER_STEPS (default 2000) the classifier's
 # training steps, TASK (default PickCube) the sim task (`robot-rl sim tasks`), HUMAN (default 0.5)
 # the simulated human's eagerness in [0, 1] (0: no human), OBS=state trains the sim-only state
 # policy (privileged object poses) instead; extra arguments go to `robot-rl train`. STACK=ros
@@ -34,7 +34,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/progress.sh
-STEPS="${STEPS:-10000}"
 CLASSIFIER_STEPS="${CLASSIFIER_STEPS:-2000}"
 ENCODER_STEPS="${ENCODER_STEPS:-1000}"
 OBS="${OBS:-pixels}"
@@ -48,6 +47,8 @@ bad() {  # bad MESSAGE: one line on stderr, exit status 2
 }
 SIM_TASKS="PickCube PegInsert PegInsertHard PushCube"  # `robot-rl sim tasks` (tests/test_bad_input.py keeps it equal to the package's)
 FAILURE_NOISE=0.5  # the expert's noise for the classifier's failed takes (a task's failed_takes_noise)
+TASK_STEPS=10000  # the default STEPS (a task's main_job_steps)
+INTERVENTION_BC=1  # 1: the human's corrections are cloned into the base (a task's clone_corrections)
 case "$TASK" in  # the cameras of the classifier's takes, and of the policy's rollouts it is checked on
   PickCube) CLASSIFIER_CAMERAS="front wrist side" ROLLOUT_CAMERAS="front wrist side" ;;
   # the peg is held rigidly in the hand, so the wrist camera sees its insertion directly: the hole's
@@ -55,12 +56,14 @@ case "$TASK" in  # the cameras of the classifier's takes, and of the policy's ro
   # cameras, a metre away, the peg is a few pixels at 64x64 (held-out false positives: wrist 0.38 %,
   # front + wrist + side 0.63 %, recall 1.0 both; docs/CALIBRATION.md)
   PegInsert) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" ;;
-  PegInsertHard) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" FAILURE_NOISE=1.0 ;;  # as PegInsert
+  # the hard tasks: cloning the human's corrections ruins PegInsertHard's base; longer training
+  PegInsertHard) CLASSIFIER_CAMERAS="wrist" ROLLOUT_CAMERAS="front wrist" FAILURE_NOISE=1.0 TASK_STEPS=20000 INTERVENTION_BC=0 ;;
   # the front camera sees cube and mark in every frame, wherever the hand is (held-out recall 0.92 at
   # 0.93 % false positives; with the wrist camera too 0.63; docs/CALIBRATION.md)
-  PushCube) CLASSIFIER_CAMERAS="front" ROLLOUT_CAMERAS="front wrist" ;;
+  PushCube) CLASSIFIER_CAMERAS="front" ROLLOUT_CAMERAS="front wrist" TASK_STEPS=20000 INTERVENTION_BC=0 ;;
   *) bad "TASK=$TASK is not a sim task; the sim tasks: $SIM_TASKS" ;;
 esac
+STEPS="${STEPS:-$TASK_STEPS}"
 for name in STEPS CLASSIFIER_STEPS ENCODER_STEPS; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || bad "$name=${!name} must be a whole number >= 1"
 done
@@ -147,7 +150,7 @@ else
   stage "train round 1: $TASK from ${OBS} for $ROUND1 env steps with the classifier's reward (SAC/RLPD)$HUMAN_TEXT" \
       "$(minutes $(( ROUND1 * per_step_ms / 1000 )))"
   quiet_guard $R train --task "$TASK" "${OBSERVATION[@]}" --demos "$RUN/demos.zarr" --reward-classifier "$RUN/classifier" \
-      --simulated-human "$HUMAN" --intervention-bc-steps 1 "${RECIPE[@]}" --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
+      --simulated-human "$HUMAN" --intervention-bc-steps "$INTERVENTION_BC" "${RECIPE[@]}" --steps "$ROUND1" --eval-episodes 20 --final-eval-episodes 20 --run-dir "$RUN" "$@"
   stage "check the classifier on the round-1 policy's own rollouts (20 episodes); retrain it above 1% false positives" \
       "about 1 min (2 more if it retrains)"
   rollouts "$RUN/policy_rollouts_round1.zarr" "$RUN/classifier" "$RUN/classifier_round1_on_the_trained_policy.json" 300

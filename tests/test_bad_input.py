@@ -74,7 +74,8 @@ def test_the_main_job_takes_good_values_on_to_its_set_up(tmp_path, variables, st
 
 def test_the_main_jobs_task_list_is_the_packages():
     """main.sh checks TASK before its set-up, without the package: its list and each task's classifier
-    cameras must stay the package's."""
+    cameras, failed takes' noise, training length and whether corrections are cloned must stay the
+    package's."""
     from robot_rl.sim.tasks import TASKS
 
     script = (ROOT / "scripts" / "main.sh").read_text()
@@ -87,6 +88,12 @@ def test_the_main_jobs_task_list_is_the_packages():
     default = float(re.search(r"^FAILURE_NOISE=([0-9.]+)", script, re.M).group(1))
     assert {name: float(noises.get(name, default)) for name in TASKS} == \
         {name: task.failed_takes_noise for name, task in TASKS.items()}
+    for variable, attribute, kind in (("TASK_STEPS", "main_job_steps", int),
+                                      ("INTERVENTION_BC", "clone_corrections", lambda v: bool(int(v)))):
+        given = dict(re.findall(rf'^  (\w+)\) CLASSIFIER_CAMERAS=.* {variable}=([0-9]+)', script, re.M))
+        default = re.search(rf"^{variable}=([0-9]+)", script, re.M).group(1)
+        assert {name: kind(given.get(name, default)) for name in TASKS} == \
+            {name: getattr(task, attribute) for name, task in TASKS.items()}, variable
 
 
 def test_the_main_jobs_exploration_is_the_packages():
