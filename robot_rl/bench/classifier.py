@@ -101,6 +101,7 @@ def run(quick: bool = False, log=print, device: str = "auto") -> dict:
     """``device``: where the classifier trains and scores, the learners learn and the held-out
     agent acts (auto, cpu, cuda, cuda:N, mps)."""
     from robot_rl.commands.record import record_rollouts
+    from robot_rl.commands.train import ratio
     from robot_rl.reward.training import evaluate_classifier
     from robot_rl.runtime.device import resolve_device
 
@@ -143,8 +144,7 @@ def run(quick: bool = False, log=print, device: str = "auto") -> dict:
 
     steps_truth = _median_steps([r["steps_to_90"] for r in truth])
     steps_learned = _median_steps([r["steps_to_90"] for r in learned])
-    ratio = (round(steps_learned / steps_truth, 3) if steps_truth and steps_learned is not None
-             else None)
+    steps_ratio = ratio(steps_learned, steps_truth)
     outcomes = {k: sum(r["classifier_episodes"][k] for r in learned) for k in learned[0]["classifier_episodes"]}
     figures = {
         "device": device,
@@ -163,7 +163,7 @@ def run(quick: bool = False, log=print, device: str = "auto") -> dict:
         "classifier_train_s": made["classifier_train_s"],
         "seeds": seeds,
         "steps_to_90_classifier_reward": steps_learned, "steps_to_90_ground_truth_reward": steps_truth,
-        "steps_ratio": ratio,
+        "steps_ratio": steps_ratio,
         "steps_to_90_classifier_reward_by_seed": [r["steps_to_90"] for r in learned],
         "steps_to_90_ground_truth_reward_by_seed": [r["steps_to_90"] for r in truth],
         "classifier_reward_training_episodes": outcomes,
