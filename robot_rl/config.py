@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -112,6 +113,9 @@ class LearningConfig:
                                             "demo buffer per human step received (DAgger-style; the main job uses 1: "
                                             "on pixels with the classifier's reward it reached 90 % sooner, see "
                                             "docs/CALIBRATION.md)")
+    takeover_penalty: float = setting(0.0, "> 0: the policy's transition before a human takes over ends the policy's "
+                                           "stretch (no bootstrap past it) with this penalty on its reward (RLIF), so "
+                                           "the human's success after is not credited to what the policy did")
     replay_capacity: int = setting(200_000, "online replay buffer size (transitions)")
     demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)")
     weights_every: int = setting(50, "updates between weight broadcasts to the actors")
@@ -221,6 +225,8 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
             raise InputError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
         if not 0.0 <= self.demo_fraction <= 1.0:
             raise InputError(f"demo_fraction is a share of the batch in [0, 1], got {self.demo_fraction}")
+        if not (math.isfinite(self.takeover_penalty) and self.takeover_penalty >= 0):
+            raise InputError(f"takeover_penalty must be a finite number >= 0 (0: off), got {self.takeover_penalty}")
         if min(self.image_size) < 1:
             raise InputError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():

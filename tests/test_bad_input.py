@@ -115,6 +115,15 @@ def test_a_simulated_human_out_of_range_is_one_line_before_any_work(tmp_path, ca
     assert not run.exists()
 
 
+@pytest.mark.parametrize("penalty", ["-1", "nan"])
+def test_a_bad_takeover_penalty_is_one_line_before_any_work(tmp_path, capsys, penalty):
+    run = tmp_path / "run"
+    assert main(["train", "--takeover-penalty", penalty, "--run-dir", str(run)]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "takeover_penalty must be a finite number >= 0" in err and f"got {float(penalty)}" in err
+    assert not run.exists()
+
+
 @pytest.mark.parametrize("command", ["train", "session"])
 def test_a_simulated_human_on_a_task_without_a_scripted_expert_is_one_line_before_any_work(tmp_path, capsys,
                                                                                           monkeypatch, command):

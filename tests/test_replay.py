@@ -115,6 +115,47 @@ def test_interventions_go_to_both_buffers_and_add_demo_only_to_demo():
     np.testing.assert_array_equal(online["is_intervention"], ep_t(online["obs"])[0] == 1)
 
 
+def test_a_takeover_penalty_ends_the_policy_stretch_before_each_takeover():
+    # one episode: the policy acts at t 0-1, the human at 2-3, the policy at 4, the human at 5
+    # (success, reward 1); a second episode the human takes over from its first step
+    m = MixedReplay(ReplayBuffer(64, SPEC, A, seed=1), ReplayBuffer(64, SPEC, A, seed=2), 0.5, takeover_penalty=2.0)
+    human = [False, False, True, True, False, True]
+    for t, h in enumerate(human):
+        m.add(make_obs(0, t), np.full(A, t, np.float32), float(t == 5), make_obs(0, t + 1), t == 5, False, h)
+    for t in range(2):
+        m.add(make_obs(1, t), np.full(A, t, np.float32), 0.0, make_obs(1, t + 1), False, t == 1, True)
+    batch = m.online.sample(400, n_step=3, discount=0.5)
+    ep, t = ep_t(batch["obs"])
+    nep, nt = ep_t(batch["next_obs"])
+    # (episode, t) -> (3-step return, next t, bootstrap): the policy's t 1 and t 4 led to takeovers
+    expected = {(0, 0): (0.5 * -2.0, 2, 0.0), (0, 1): (-2.0, 2, 0.0), (0, 2): (0.25 * -2.0, 5, 0.0),
+                (0, 3): (0.5 * -2.0, 5, 0.0), (0, 4): (-2.0, 5, 0.0), (0, 5): (1.0, 6, 0.0),
+                (1, 0): (0.0, 2, 0.25), (1, 1): (0.0, 2, 0.5)}  # a takeover at the start: no policy step to end
+    for i in range(400):
+        ret, next_t, boot = expected[(ep[i], t[i])]
+        assert batch["reward"][i] == pytest.approx(ret)
+        assert (nep[i], nt[i]) == (ep[i], next_t)
+        assert batch["bootstrap"][i] == pytest.approx(boot)
+    assert {(int(e), int(s)) for e, s in zip(ep, t)} == set(expected)
+    demo = m.demo.sample(100, n_step=1, discount=0.5)  # the human's steps keep their rewards
+    np.testing.assert_allclose(demo["reward"], (ep_t(demo["obs"])[1] == 5) & (ep_t(demo["obs"])[0] == 0))
+
+
+def test_without_a_takeover_penalty_the_policy_steps_keep_their_rewards():
+    m = MixedReplay(ReplayBuffer(64, SPEC, A, seed=1), ReplayBuffer(64, SPEC, A, seed=2), 0.5)
+    for t, h in enumerate([False, True]):
+        m.add(make_obs(0, t), np.zeros(A), 0.0, make_obs(0, t + 1), t == 1, False, h)
+    one = m.online.sample(50, n_step=1, discount=0.5)
+    np.testing.assert_allclose(one["reward"], 0.0)
+    np.testing.assert_allclose(one["bootstrap"], np.where(ep_t(one["obs"])[1] == 0, 0.5, 0.0))
+
+
+@pytest.mark.parametrize("penalty", [-1.0, float("nan"), float("inf")])
+def test_a_bad_takeover_penalty_is_refused(penalty):
+    with pytest.raises(ValueError, match="takeover_penalty must be a finite number >= 0"):
+        MixedReplay(ReplayBuffer(4, SPEC, A), ReplayBuffer(4, SPEC, A), 0.5, takeover_penalty=penalty)
+
+
 @pytest.mark.parametrize("fraction", [-0.1, 1.5])
 def test_demo_fraction_outside_unit_interval_is_refused(fraction):
     with pytest.raises(ValueError, match=r"demo_fraction must be within \[0, 1\]"):

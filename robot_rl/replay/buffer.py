@@ -137,6 +137,18 @@ class ReplayBuffer:
         self._episode_open = not done
         self._cursor = (nxt + 1) % self.capacity if done else nxt
 
+    def end_policy_stretch(self, penalty: float) -> bool:
+        """A human takes over the open episode: its last transition, if the policy acted in it,
+        becomes the end of the policy's stretch (RLIF): its reward lowered by ``penalty`` and no
+        bootstrap past it, so the value of what the policy did is not the human's success after.
+        The episode stays open (the human's transitions join on). Returns whether it applied."""
+        last = (self._cursor - 1) % self.capacity
+        if not self._episode_open or not self._valid[last] or self._is_intervention[last]:
+            return False
+        self._reward[last] -= penalty
+        self._terminated[last] = True
+        return True
+
     @property
     def episode_open(self) -> bool:
         """Whether the next ``add`` continues an episode (its obs is the last next_obs stored)."""
@@ -324,13 +336,22 @@ def _rows(tensors: dict, start: int, stop: int) -> dict:
     return {k: _rows(v, start, stop) if isinstance(v, dict) else v[start:stop].numpy() for k, v in tensors.items()}
 
 
+def check_takeover_penalty(penalty: float) -> float:
+    if not (np.isfinite(penalty) and penalty >= 0):
+        raise InputError(f"takeover_penalty must be a finite number >= 0, got {penalty}")
+    return float(penalty)
+
+
 class MixedReplay:
     """RLPD symmetric sampling: each batch is demo_fraction from the demo buffer and the rest from the online buffer."""
 
-    def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5, encode=None):
+    def __init__(self, online: ReplayBuffer, demo: ReplayBuffer, demo_fraction: float = 0.5, encode=None,
+                 takeover_penalty: float = 0.0):
         if not 0.0 <= demo_fraction <= 1.0:
             raise InputError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
+        # > 0: a takeover ends the policy's stretch with this penalty (ReplayBuffer.end_policy_stretch)
+        self.takeover_penalty = check_takeover_penalty(takeover_penalty)
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
         self._last_next = None  # the last next_obs encoded: a continuing episode's obs, encoded once
@@ -338,7 +359,10 @@ class MixedReplay:
     def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
         """Add to the online buffer; human interventions are also kept as demonstrations. A
         takeover that ends mid-episode closes its stretch in the demo buffer (truncated there),
-        so the human's next takeover starts a new one instead of joining on to it."""
+        so the human's next takeover starts a new one instead of joining on to it. With a
+        takeover penalty, the policy's transition before a takeover ends the policy's stretch."""
+        if is_intervention and self.takeover_penalty > 0:
+            self.online.end_policy_stretch(self.takeover_penalty)
         if self.encode is not None:
             continuing = self.online.episode_open and (not is_intervention or self.demo.episode_open)
             obs = self._last_next if continuing and self._last_next is not None else self.encode(obs)
