@@ -247,6 +247,9 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
         if agent.critic_actor_ratio < 1:
             raise InputError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")
+        if not (math.isfinite(agent.conservative_weight) and agent.conservative_weight >= 0):
+            raise InputError(f"conservative_weight (CQL's term in the critic loss) must be a finite number >= 0 "
+                             f"(0: off), got {agent.conservative_weight}")
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():
             raise MissingFileError(f"--pretrained {agent.pretrained_path}: no such file (weights are only read "
                                     "from a local file)")

@@ -224,6 +224,40 @@ def test_residual_penalty_holds_the_policy_at_the_base():
     assert held < free / 4
 
 
+def test_the_conservative_term_lowers_q_off_the_data_and_keeps_it_at_the_data():
+    """Critic-only updates on a batch whose actions are all zero and pay 1 at the end: CQL's term
+    leaves Q at the data's actions near 1 and pushes it below that elsewhere."""
+    n = 64
+    batch = _batch(n, action=np.zeros((n, 7), np.float32), reward=np.ones(n, np.float32))
+    batch["bootstrap"][:] = 0.0
+    states = {"state": batch["obs"]["state"]}
+    far = torch.full((n, 6), 0.8)
+
+    def q_at(weight):
+        agent = _agent(conservative_weight=weight, critic_lr=3e-3)
+        for _ in range(150):
+            metrics = agent.update(batch, update_actor=False)
+        with torch.no_grad():
+            feat = agent.encoder(agent._obs(states, augment=False))
+            return (agent.critic(feat, torch.zeros(n, 6)).mean().item(), agent.critic(feat, far).mean().item(),
+                    metrics)
+
+    plain_data, plain_far, plain_metrics = q_at(0.0)
+    data, off, metrics = q_at(0.2)
+    assert abs(data - 1.0) < 0.2 and abs(plain_data - 1.0) < 0.1
+    assert off < plain_far - 0.3 and off < data - 0.3
+    assert "conservative_penalty" in metrics and "conservative_penalty" not in plain_metrics
+    assert "q_data" not in metrics
+
+
+def test_a_bad_conservative_weight_is_refused_before_any_work():
+    from robot_rl.config import TrainConfig
+
+    for bad in (-0.5, float("nan")):
+        with pytest.raises(InputError, match="conservative_weight .* must be a finite number >= 0"):
+            TrainConfig(agent={"conservative_weight": bad}).validate()
+
+
 def test_init_std_sets_the_exploration_in_every_state_and_learning_moves_it():
     states = {"state": np.random.default_rng(2).normal(size=(64, 8)).astype(np.float32)}
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -298,6 +299,12 @@ class SACAgent(nn.Module):
 
         loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
                                          next_target_feat, next_base_feat)
+        if c.conservative_weight > 0:
+            with torch.no_grad(), self._autocast():
+                base_feat = self.base_features(b.obs, feat.detach())
+            penalty = self.conservative_penalty(feat, base_feat, metrics.pop("q_data"))
+            loss = loss + c.conservative_weight * penalty
+            metrics["conservative_penalty"] = penalty.detach()
         _step(self.critic_opt, loss)
         feat = feat.detach()
         if self.grasp is not None:
@@ -332,7 +339,29 @@ class SACAgent(nn.Module):
         with self._autocast():
             q = self.critic(feat, motion).float()  # [n, B]
         loss = ((q - y) ** 2).mean(1).sum()
-        return loss, {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+        metrics = {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+        if c.conservative_weight > 0:
+            metrics["q_data"] = q  # conservative_penalty's anchor, with its graph
+        return loss, metrics
+
+    def conservative_penalty(self, feat: torch.Tensor, base_feat: torch.Tensor, q_data: torch.Tensor,
+                             samples: int = 4) -> torch.Tensor:
+        """CQL's term (Kumar et al. 2020): per critic, the soft maximum of Q over actions the data
+        did not take (``samples`` uniform and ``samples`` of the policy's, per state) minus Q at
+        the batch's own actions. It lowers Q off the data, so the actor's first steps follow
+        what the demonstrations and rollouts show rather than the critic's guesses where they
+        show nothing (Cal-QL's concern: the offline-to-online dip). ``q_data``: [n, B]."""
+        batch, dim = feat.shape[0], self.config.motion_dim
+        repeated = feat.repeat_interleave(samples, 0)
+        with torch.no_grad(), self._autocast():
+            policy_actions, _, _ = self.policy(feat.detach().repeat_interleave(samples, 0),
+                                               base_feat.repeat_interleave(samples, 0))
+        uniform = torch.rand(batch * samples, dim, device=feat.device) * 2 - 1
+        with self._autocast():
+            q_off = self.critic(repeated.repeat(2, 1), torch.cat([uniform, policy_actions])).float()
+        q_off = q_off.view(q_off.shape[0], 2, batch, samples).permute(0, 2, 1, 3).reshape(q_off.shape[0], batch, -1)
+        soft_max = torch.logsumexp(q_off, -1) - math.log(2 * samples)
+        return (soft_max - q_data).mean(1).sum()
 
     def grasp_reward(self, state: torch.Tensor, command: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
         """Task reward minus a penalty for gripper commands (``gripper_index``'s) that toggle the

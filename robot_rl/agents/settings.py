@@ -50,6 +50,7 @@ class AgentSettings:
     init_std: float | None = None  # the actor's exploration std (pre-tanh) at the start in every state; None: as initialised
     backup_entropy: bool = False
     critic_actor_ratio: int = 1  # critic updates per actor update
+    conservative_weight: float = 0.0  # > 0: CQL's term in the critic loss (sac.py conservative_penalty)
     autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
     # imitation levers
     bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)
