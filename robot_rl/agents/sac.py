@@ -297,14 +297,12 @@ class SACAgent(nn.Module):
         with self._autocast():
             feat = self.encoder(b.obs)
 
-        loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
-                                         next_target_feat, next_base_feat)
+        base_feat = None  # what the cloned base reads at obs: CQL's term samples the policy there
         if c.conservative_weight > 0:
             with torch.no_grad(), self._autocast():
                 base_feat = self.base_features(b.obs, feat.detach())
-            penalty = self.conservative_penalty(feat, base_feat, metrics.pop("q_data"))
-            loss = loss + c.conservative_weight * penalty
-            metrics["conservative_penalty"] = penalty.detach()
+        loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
+                                         next_target_feat, next_base_feat, base_feat)
         _step(self.critic_opt, loss)
         feat = feat.detach()
         if self.grasp is not None:
@@ -313,8 +311,9 @@ class SACAgent(nn.Module):
             _step(self.grasp_opt, loss)
             metrics.update(grasp_metrics)
         if update_actor:
-            with self._autocast():
-                base_feat = self.base_features(b.obs, feat)
+            if base_feat is None:
+                with self._autocast():
+                    base_feat = self.base_features(b.obs, feat)
             loss, log_prob, actor_metrics = self.actor_loss(feat, base_feat, b.action[:, : c.motion_dim], b.demo_rows)
             _step(self.actor_opt, loss)
             _step(self.alpha_opt, self.temperature_loss(log_prob))
@@ -324,10 +323,11 @@ class SACAgent(nn.Module):
         return metrics
 
     def critic_loss(self, feat: torch.Tensor, motion: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
-                    next_feat: torch.Tensor, next_target_feat: torch.Tensor,
-                    next_base_feat: torch.Tensor) -> tuple[torch.Tensor, dict]:
+                    next_feat: torch.Tensor, next_target_feat: torch.Tensor, next_base_feat: torch.Tensor,
+                    base_feat: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Each critic regresses on r + bootstrap * min over a random subset of the target critics
-        (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``)."""
+        (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``); plus,
+        with ``conservative_weight``, CQL's term (``base_feat``: the base's features at obs)."""
         c = self.config
         with torch.no_grad(), self._autocast():
             next_action, next_log_prob, _ = self.policy(next_feat, next_base_feat)
@@ -341,7 +341,9 @@ class SACAgent(nn.Module):
         loss = ((q - y) ** 2).mean(1).sum()
         metrics = {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
         if c.conservative_weight > 0:
-            metrics["q_data"] = q  # conservative_penalty's anchor, with its graph
+            penalty = self.conservative_penalty(feat, base_feat, q)
+            loss = loss + c.conservative_weight * penalty
+            metrics["conservative_penalty"] = penalty.detach()
         return loss, metrics
 
     def conservative_penalty(self, feat: torch.Tensor, base_feat: torch.Tensor, q_data: torch.Tensor,

@@ -336,12 +336,6 @@ def _rows(tensors: dict, start: int, stop: int) -> dict:
     return {k: _rows(v, start, stop) if isinstance(v, dict) else v[start:stop].numpy() for k, v in tensors.items()}
 
 
-def check_takeover_penalty(penalty: float) -> float:
-    if not (np.isfinite(penalty) and penalty >= 0):
-        raise InputError(f"takeover_penalty must be a finite number >= 0, got {penalty}")
-    return float(penalty)
-
-
 class MixedReplay:
     """RLPD symmetric sampling: each batch is demo_fraction from the demo buffer and the rest from the online buffer."""
 
@@ -350,11 +344,21 @@ class MixedReplay:
         if not 0.0 <= demo_fraction <= 1.0:
             raise InputError(f"demo_fraction must be within [0, 1], got {demo_fraction}")
         self.online, self.demo, self.demo_fraction = online, demo, float(demo_fraction)
-        # > 0: a takeover ends the policy's stretch with this penalty (ReplayBuffer.end_policy_stretch)
-        self.takeover_penalty = check_takeover_penalty(takeover_penalty)
+        self.takeover_penalty = takeover_penalty
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
         self._last_next = None  # the last next_obs encoded: a continuing episode's obs, encoded once
+
+    @property
+    def takeover_penalty(self) -> float:
+        """> 0: a takeover ends the policy's stretch with this penalty (``ReplayBuffer.end_policy_stretch``)."""
+        return self._takeover_penalty
+
+    @takeover_penalty.setter
+    def takeover_penalty(self, penalty: float) -> None:
+        if not (np.isfinite(penalty) and penalty >= 0):
+            raise InputError(f"takeover_penalty must be a finite number >= 0, got {penalty}")
+        self._takeover_penalty = float(penalty)
 
     def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
         """Add to the online buffer; human interventions are also kept as demonstrations. A

@@ -47,7 +47,6 @@ from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
 from robot_rl.errors import UserFacingError
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
-from robot_rl.replay.buffer import check_takeover_penalty
 from robot_rl.runtime.checkpoint import (check_same_encoder, load_agent, load_replay, read_agent_config,
                                          write_checkpoint)
 from robot_rl.runtime.device import out_of_memory_says
@@ -292,7 +291,7 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
         replay = MixedReplay(ReplayBuffer(config.replay_capacity, spec, act, seed=config.seed, features=features),
                              ReplayBuffer(config.demo_capacity, spec, act, seed=config.seed + 1, features=features),
                              config.demo_fraction, encode=encode)
-    replay.takeover_penalty = check_takeover_penalty(config.takeover_penalty)
+    replay.takeover_penalty = config.takeover_penalty  # a resumed run takes the current one
     return Learner(config, agent, replay, endpoint, run_dir)
 
 
