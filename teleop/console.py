@@ -25,8 +25,15 @@ middleware in front of the app), in this order:
 
 A WebSocket upgrade passes the same Host, Origin (when there is one, and browsers always send it
 on an upgrade) and token checks (400, 403, 401), though the app has no WebSocket route; any
-other kind of connection is refused. Connections: an idle one is closed after ``KEEP_ALIVE_S`` seconds, and
-beyond ``MAX_CONNECTIONS`` at once uvicorn answers 503.
+other kind of connection is refused.
+
+Connections: one that has not sent a complete request (head and body) within ``REQUEST_TIMEOUT_S`` of
+opening, or of its last response, is closed (:func:`console_protocol`; uvicorn's keep-alive timeout
+only runs between requests and stops at the next request's first byte), and an idle one after
+``KEEP_ALIVE_S``. Before the checks above, a request without the token gets 503 while
+``MAX_CONNECTIONS`` connections are open or as many requests run; the operator's (with the token)
+only beyond ``MAX_OPERATOR_REQUESTS`` requests at once, so idle or half-sent connections never
+lock the operator out.
 
 The backend (``ConsoleBackend``) is whatever holds the live state: the teleop node over ROS 2,
 or an in-process session.
@@ -54,7 +61,9 @@ MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 16 * 1024  # the largest request the page sends (held keys) is a few hundred bytes
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 KEEP_ALIVE_S = 5  # an idle connection is closed after this (the page polls every few hundred ms)
-MAX_CONNECTIONS = 64  # open connections and tasks at once; beyond it uvicorn answers 503
+REQUEST_TIMEOUT_S = 5  # a connection that has not sent a complete request within this is closed
+MAX_CONNECTIONS = 64  # without the token: beyond this many open connections or running requests, 503
+MAX_OPERATOR_REQUESTS = 256  # with the token: beyond this many running requests, 503 (idle sockets do not count)
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
@@ -122,6 +131,7 @@ class ConsoleGuard:
             raise ConsoleError("the console needs a token")
         self.app, self.token, self.max_body_bytes = app, token.encode(), max_body_bytes
         self.bound_host = bound_host
+        self.load = None  # the server's open connections and running requests (uvicorn's ServerState), once served
         names = {"127.0.0.1", "localhost", "[::1]", _bracketed(bound_host).lower()}
         if not is_loopback(bound_host):
             names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
@@ -135,13 +145,16 @@ class ConsoleGuard:
         if scope["type"] != "http":
             raise InputError(f"the console serves HTTP only, not {scope['type']!r} connections")
         headers = _headers(scope)
+        operator = self._token_given(scope, headers)
+        if self._overloaded(operator):
+            return await _respond(send, 503, "the console is busy: too many connections", close=True)
         host = self._host(scope, headers)
         if host is None:
             return await _respond(send, 400, "this console answers only to its own address (Host header)")
         if scope["method"] not in SAFE_METHODS and not self._same_origin(headers, host):
             return await _respond(send, 403, "cross-origin request refused: only the console's own page may "
                                              "send commands")
-        if not self._token_given(scope, headers):
+        if not operator:
             return await _respond(send, 401, "this console needs its token: open the address the teleop node "
                                              "printed (.../?token=...)")
         length = headers.get("content-length", ["0"])
@@ -184,6 +197,16 @@ class ConsoleGuard:
         if not self._token_given(scope, headers):
             return await _deny_websocket(scope, receive, send, 401, "this console needs its token")
         return await self.app(scope, receive, send)
+
+    def _overloaded(self, operator: bool) -> bool:
+        """Whether to answer 503: uvicorn's limit for a request without the token, and for the
+        operator's only a bound on running requests, so that idle connections never count."""
+        if self.load is None:
+            return False
+        running = len(self.load.tasks) - 1  # this request's own task is in it
+        if operator:
+            return running >= MAX_OPERATOR_REQUESTS
+        return len(self.load.connections) >= MAX_CONNECTIONS or running >= MAX_CONNECTIONS
 
     def _host(self, scope, headers) -> str | None:
         """The request's Host when it names this console, else None."""
@@ -313,21 +336,66 @@ def create_app(backend: ConsoleBackend, token: str, host: str = "127.0.0.1", max
     return ConsoleGuard(app, token, host, max_body_bytes)
 
 
+def console_protocol(request_timeout_s: float = REQUEST_TIMEOUT_S):
+    """uvicorn's h11 protocol class, closing a connection that has not sent a complete request
+    (head and body) within ``request_timeout_s`` of opening or of its last response."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ConsoleProtocol(H11Protocol):
+        request_timer = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._start_request_timer()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._start_request_timer()
+
+        def connection_lost(self, exc):
+            self._stop_request_timer()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event):
+            self._stop_request_timer()  # the WebSocket protocol owns the connection from here
+            super().handle_websocket_upgrade(event)
+
+        def _start_request_timer(self):
+            self._stop_request_timer()
+            self.request_timer = self.loop.call_later(request_timeout_s, self._request_timed_out)
+
+        def _stop_request_timer(self):
+            if self.request_timer is not None:
+                self.request_timer.cancel()
+
+        def _request_timed_out(self):
+            # IDLE: no complete request head since the connection opened or its last response;
+            # SEND_BODY: the body is still coming. Other states: a request is being answered.
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()
+
+    return ConsoleProtocol
+
+
 class ConsoleServer:
     """uvicorn in a background thread; ``url`` (with the token) once started (port 0 picks a
     free one). ``token=None``: a new random one on loopback; elsewhere it must be given. An idle
-    connection is closed after ``keep_alive_s``."""
+    connection is closed after ``keep_alive_s``, one that has not sent a complete request after
+    ``request_timeout_s``."""
 
     def __init__(self, backend: ConsoleBackend, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
-                 keep_alive_s: float = KEEP_ALIVE_S):
+                 keep_alive_s: float = KEEP_ALIVE_S, request_timeout_s: float = REQUEST_TIMEOUT_S):
         token = token or console_token(host, environ={})
         import uvicorn
 
         self.host, self.token = host, token
-        config = uvicorn.Config(create_app(backend, token, host), host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off", server_header=False,
-                                timeout_keep_alive=keep_alive_s, limit_concurrency=MAX_CONNECTIONS)
+        app = create_app(backend, token, host)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                                server_header=False, timeout_keep_alive=keep_alive_s,
+                                http=console_protocol(request_timeout_s))
         self.server = uvicorn.Server(config)
+        app.load = self.server.server_state  # the guard's limits count its connections and requests
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="console")
 
     def start(self, timeout_s: float = 10.0) -> str:

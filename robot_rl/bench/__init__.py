@@ -21,6 +21,8 @@ class Benchmark(NamedTuple):
 BENCHMARKS: dict[str, Benchmark] = {
     "classifier": Benchmark("robot_rl.bench.classifier",
                             "the success classifier as the reward: false positives, recall, steps to 90%"),
+    "console": Benchmark("robot_rl.bench.console",
+                         "the operator console beside 100 idle sockets: poll latency p50/p99, 503s, sockets closed"),
     "data": Benchmark("robot_rl.bench.data", "episode store write/read speed, size per codec, demo loading time"),
     "faults": Benchmark("robot_rl.bench.faults", "what a crash or a corrupt file costs: kill loops, corruptions"),
     "hil": Benchmark("robot_rl.bench.hil",
