@@ -84,11 +84,11 @@ def read_seconds(path: Path) -> float:
 
 def digest_cost(path: Path, n_frames: int) -> dict:
     """What checking each whole episode against its commit digest costs a read: the episodes read
-    without the check (fields named), then their digests computed alone."""
+    without the check (``read``), then their digests computed alone."""
     store = EpisodeStore.open(path)
     keys = list(store.arrays)
     t0 = time.perf_counter()
-    read = [store.get_episode(i, keys) for i in range(len(store))]
+    read = [store.read(*store.episode_range(i), keys) for i in range(len(store))]
     unverified = time.perf_counter() - t0
     t0 = time.perf_counter()
     for episode in read:

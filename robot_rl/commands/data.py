@@ -21,8 +21,12 @@ def add_data(sub) -> None:
     d_check = data.add_parser("check", help="verify every chunk of every committed episode (exit 1 if damaged)")
     d_check.add_argument("store")
     d_check.add_argument("--repair", action="store_true",
-                         help="drop frames no episode commits and rebuild a damaged index from the has_action flags "
-                              "(never drops a committed episode)")
+                         help="drop frames no episode commits, rebuild a damaged index from the has_action flags "
+                              "and restore complete episodes the index does not list (never drops a committed "
+                              "episode)")
+    d_check.add_argument("--discard-unlisted", action="store_true",
+                         help="with --repair: drop the complete episodes the index does not list (e.g. an older "
+                              "meta/ copied over newer data) instead of restoring them")
     d_check.set_defaults(func=_cmd_data)
     d_view = data.add_parser("view", help="a GIF of chosen episodes with reward/intervention overlay")
     d_view.add_argument("store")
@@ -71,7 +75,7 @@ def _cmd_data(args) -> int:
 
     command = args.data_command
     if command == "check":
-        return _data_check(args.store, args.repair)
+        return _data_check(args.store, args.repair, args.discard_unlisted)
     if command == "info":
         return _data_info(args.store, args.json)
     out = (args.out or f"{str(args.store).rstrip('/')}.view.gif") if command == "view" else args.out
@@ -118,17 +122,19 @@ def _data_info(store: str, as_json: bool) -> int:
     return 0
 
 
-def _data_check(store: str, repair: bool) -> int:
+def _data_check(store: str, repair: bool, discard_unlisted: bool = False) -> int:
     """A line per episode (ok or what is damaged), what is wrong beyond episodes, the way out,
     then the report as JSON. Exit status 0 for a sound store, 1 for a damaged one."""
     from robot_rl.data.check import check_store
 
-    report = check_store(store, repair=repair)
+    report = check_store(store, repair=repair, discard_unlisted=discard_unlisted)
     if report["repaired"]:
         print(f"repaired: {report['repaired']}")
     for i in range(report["episodes"]):
         problems = report["episode_problems"].get(str(i))
-        print(f"episode {i}: " + ("DAMAGED: " + "; ".join(problems) if problems else "ok"))
+        unlisted = report["unlisted_episodes"].get(str(i))
+        print(f"episode {i}: " + ("DAMAGED: " + "; ".join(problems) if problems else "ok")
+              + (f" ({unlisted})" if unlisted else ""))
     for problem in report["problems"]:
         print(f"store: {problem}")
     if not report["integrity"]:
@@ -136,6 +142,9 @@ def _data_check(store: str, repair: bool) -> int:
               "and a missing chunk reads as zeros")
     if report["fix"]:
         print(f"to repair (robot-rl data check --repair {store}): {report['fix']}")
+        if report["unlisted_episodes"]:
+            print(f"or, to drop the episodes the index does not list instead: robot-rl data check --repair "
+                  f"--discard-unlisted {store}")
     if report["hint"]:
         print(f"way out: {report['hint']}")
     print(json.dumps(report))

@@ -6,9 +6,10 @@ write every chunk) and decoding (checksums, compressed streams), then every inta
 against the digest recorded when it was committed (a chunk in another's place passes its own
 checksum, not that). It reports per episode.
 ``repair=True`` applies only what is provable: it drops frames no index entry commits and
-rebuilds an index that does not match the frames from the flags; a damaged chunk is left as
-it is (restore it from a backup, or split the good episodes out), and no committed episode is
-ever dropped.
+rebuilds an index that does not match the frames from the flags, and restores to the index
+complete episodes after its last entry that it does not list (``discard_unlisted=True``: drops
+them instead, the user's choice); a damaged chunk is left as it is (restore it from a backup,
+or split the good episodes out), and no committed episode is ever dropped unasked.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.data import chunks
-from robot_rl.data.store import INTEGRITY, EpisodeStore
+from robot_rl.data.store import INTEGRITY, MOVED, EpisodeStore
 from robot_rl.data.tools import format_episodes
+from robot_rl.errors import InputError
 
 
-def check_store(path: str | Path, repair: bool = False) -> dict:
+def check_store(path: str | Path, repair: bool = False, discard_unlisted: bool = False) -> dict:
     """A report of the store at ``path``::
 
         {"path", "ok": every committed episode verified and the index usable as it is,
@@ -32,12 +34,17 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
          "problems": [what is wrong beyond single episodes: the index, frames outside any episode],
          "fix": what `--repair` (or, where it is automatic, the next open for appending) changes, or None,
          "repaired": what this call changed (repair=True), or None,
-         "hint": the way out when episodes are damaged, or None}
+         "hint": the way out when episodes are damaged, or None,
+         "unlisted_episodes": {"i": what of episode i, complete but not in the stored index (restored
+                               when repair=True), whether a digest vouches for it}}
 
     Raises StoreError (one line naming the file) only when the store cannot be opened at all."""
     path = Path(path)
+    if discard_unlisted and not repair:
+        raise InputError("--discard-unlisted chooses what --repair does: give both")
     store = EpisodeStore.load(path, "a" if repair else "r")
-    found = store.inspect_index()
+    found = store.inspect_index(discard_unlisted)
+    unlisted = range(len(found.ends) - found.unlisted, len(found.ends))  # complete, not in the stored index
     repaired = None
     if repair and found.fix:
         store.apply(found)
@@ -48,28 +55,37 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
     ends = found.ends
     span = found.frames if usable else min(a.shape[0] for a in store.arrays.values())
     problems = [f"index: {found.problem}"] if found.problem else []
+    problems += [f"zarr.json: {problem}" for problem in store.attribute_problems]
     per_episode: dict[int, list[str]] = {}
+    outside: dict[str, list[tuple[int, int]]] = {}  # damage in no episode: "file: why" -> frame ranges
     for key, array in store.arrays.items():
         folder = store.path / "data" / key
+        in_episodes: dict[int, dict[str, list[tuple[int, int]]]] = {}  # one line per episode, file and why
         for chunk in chunks.chunks_of(array, folder, 0, min(span, array.shape[0])):
             for damage in (chunks.missing(array, chunk, store.every_chunk_written)
                            or chunks.undecodable(array, chunk)):
                 text = f"{damage.file.relative_to(store.path)}: {damage.why}"
                 hit = _episodes_in(ends, damage.start, damage.stop)
                 for i in hit:
-                    per_episode.setdefault(i, []).append(text)
+                    first, last = (int(ends[i - 1]) if i else 0), int(ends[i])
+                    in_episodes.setdefault(i, {}).setdefault(text, []).append(
+                        (max(damage.start, first), min(damage.stop, last)))
                 if not hit:
-                    problems.append(f"{text} (frames {damage.start}-{damage.stop - 1})")
+                    outside.setdefault(text, []).append((damage.start, damage.stop))
+        for i, texts in in_episodes.items():
+            per_episode.setdefault(i, []).extend(f"{text} ({_frames(spans)})" for text, spans in texts.items())
+    problems += [f"{text} ({_frames(spans)})" for text, spans in outside.items()]
     if store.has_digests:  # each intact episode against the digest of its commit
         for i in range(len(ends)):
             if i in per_episode:
                 continue
             start, stop = (int(ends[i - 1]) if i else 0), int(ends[i])
             frames = {k: store._read(a, store.path / "data" / k, start, stop) for k, a in store.arrays.items()}
-            if not store.digest_matches(stop, frames):
-                per_episode[i] = ["its frames do not match the digest recorded when it was committed: a chunk holds "
-                                  "other frames than its own (copied or moved from elsewhere)"]
+            moved = store.digest_mismatch(start, stop, frames)
+            if moved:
+                per_episode[i] = [f"{files}: {MOVED}" for files in moved]
     damaged = sorted(per_episode)
+    unlisted_notes = {str(i): _unlisted_note(store, int(ends[i]), i in per_episode, bool(repaired)) for i in unlisted}
     good = [i for i in range(len(ends)) if i not in per_episode]
     hint = None
     if damaged:
@@ -81,7 +97,29 @@ def check_store(path: str | Path, repair: bool = False) -> dict:
             "integrity": INTEGRITY if store.every_chunk_written else None,
             "episode_digests": store.has_digests, "episodes": len(ends), "damaged_episodes": damaged,
             "episode_problems": {str(i): per_episode[i] for i in damaged}, "problems": problems,
-            "fix": found.fix, "repaired": repaired, "hint": hint}
+            "fix": found.fix, "repaired": repaired, "hint": hint, "unlisted_episodes": unlisted_notes}
+
+
+def _unlisted_note(store: EpisodeStore, end: int, damaged: bool, restored: bool) -> str:
+    """What ``check`` says of a complete episode the stored index did not list."""
+    said = "restored to the index" if restored else "complete, but not in the index (--repair restores it)"
+    if damaged:
+        return f"{said}; damaged: see its problems"
+    if store.recorded_digest(end) is None:
+        return f"{said}{' without a' if restored else '; no'} digest to check it against (none was recorded for it)"
+    return f"{said}; its frames match the digest recorded when it was committed"
+
+
+def _frames(spans: list[tuple[int, int]]) -> str:
+    """Frame ranges [start, stop) as "frames 3-9, 12" (touching ranges merged)."""
+    merged: list[list[int]] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    parts = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in merged]
+    return f"frame{'s' if len(parts) > 1 or merged[0][1] - merged[0][0] > 1 else ''} {', '.join(parts)}"
 
 
 def _episodes_in(ends: np.ndarray, start: int, stop: int) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.data.store import DIGESTS, FRAME_FIELDS, EpisodeStore
+from robot_rl.data.store import ARRAY_DIGESTS, DIGESTS, FRAME_FIELDS, EpisodeStore
 
 INDEX = "meta/episode_ends"
 # the store's own attributes: shown in the header, the others under "recorded with"
@@ -44,7 +44,12 @@ def _episodes(store: EpisodeStore) -> dict:
     """Counts, lengths, success and interventions of the committed episodes."""
     n = len(store)
     frames = store.episode_lengths
-    flags = store.read(0, store.n_frames, ["success", "is_intervention", "has_action"]) if n else None
+    keys = ["success", "is_intervention", "has_action"]
+    flags = store.read(0, store.n_frames, keys) if n else None
+    if store.has_array_digests:  # each episode's flags against their digests (older stores: data check does it)
+        for i in range(n):
+            start, stop = store.episode_range(i)
+            store.verify_digest(i, {k: flags[k][start:stop] for k in keys})
     successes, intervened = [], []
     for i in range(n):
         start, stop = store.episode_range(i)
@@ -71,6 +76,9 @@ def _sizes(store: EpisodeStore) -> dict:
     if store.has_digests:
         digests = store.group[DIGESTS]
         arrays[DIGESTS] = _array_row(store, DIGESTS, digests, digests.shape[0])
+    if store.has_array_digests:
+        digests = store.group[ARRAY_DIGESTS]
+        arrays[ARRAY_DIGESTS] = _array_row(store, ARRAY_DIGESTS, digests, digests.shape[0])
     return {
         "fields": {k: [list(s), np.dtype(d).name] for k, (s, d) in store.fields.items() if k not in FRAME_FIELDS},
         "arrays": arrays, "bytes_on_disk": store.nbytes_stored(), "raw_bytes": store.nbytes_raw(),
@@ -93,7 +101,7 @@ def _array_row(store: EpisodeStore, name: str, array, length: int) -> dict:
 def _role(store: EpisodeStore, name: str) -> str:
     if name == INDEX:
         return "index"
-    if name == DIGESTS:
+    if name in (DIGESTS, ARRAY_DIGESTS):
         return "digests"
     if name in store.cameras:
         return "camera"

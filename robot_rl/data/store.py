@@ -8,6 +8,13 @@ Layout (the diffusion_policy / UMI convention, time first)::
       meta/episode_ends         int64[n_episodes]: exclusive end frame of each episode
       meta/episode_digests      uint64[n, 2]: (end frame, BLAKE2b-64 of the episode's frames), one per
                                 commit, written just before its index entry (stores made before it: none)
+      meta/array_digests        uint64[n, 1 + n_arrays]: (end frame, then BLAKE2b-64 of each array's frames
+                                of the episode, in the order of its ``arrays`` attribute), written with the
+                                episode digest, so a reader of some arrays checks just those (stores made
+                                before it: none; a reader of some arrays checks the whole episode instead)
+
+The attributes in zarr.json follow one schema (``ATTRIBUTES``), checked when a store is
+created or opened (one line naming the file and the attribute) and reported by ``data check``.
 
 An episode of L control steps is L + 1 frames: frame t holds the observation at step t, the
 action taken there, the reward it earned and the flags of that transition; the last frame
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +74,65 @@ WRITE_EVERY_CHUNK = {"write_empty_chunks": True}  # an all-zero chunk is written
 # A chunk's checksum says its bytes are intact, not that they are in their place: a chunk file copied
 # over another passes it. The digest ties every frame of every array to its episode.
 DIGESTS = "meta/episode_digests"
+# meta/array_digests: (end frame, one digest per array) per committed episode, written with the episode's
+# digest; its "arrays" attribute names the columns. A reader of some arrays checks those alone.
+ARRAY_DIGESTS = "meta/array_digests"
+MOVED = ("its frames do not match the digest recorded when the episode was committed: a chunk holds other frames "
+         "than its own (copied or moved from elsewhere)")
+
+
+def _is_size(value) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value))
+
+
+def _is_rate(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# zarr.json's attributes after format and schema_version (checked first: without them nothing can be read):
+# name -> (required, the check, what it must be). Other attributes (how a store was recorded) are free.
+ATTRIBUTES = {
+    "integrity": (False, lambda v: v == INTEGRITY,
+                  f"{INTEGRITY!r} (every chunk checksummed), or absent (an older store)"),
+    "task": (True, lambda v: isinstance(v, str), "a string (the task's name)"),
+    "robot": (True, lambda v: isinstance(v, str), "a string (the robot's name)"),
+    "control_hz": (True, _is_rate, "a number above 0 (the control rate in Hz)"),
+    "cameras": (True, lambda v: isinstance(v, dict) and all(_is_size(size) for size in v.values()),
+                "a mapping of camera name to [height, width], positive integers"),
+    "image_codec": (True, lambda v: isinstance(v, str) and v in ("lossless", "jpeg"), "'lossless' or 'jpeg'"),
+}
+
+
+def _kind(value) -> str:
+    """What a JSON value is, in words: "a string", "a list", ..."""
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "a mapping", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def attribute_problems(attrs: dict, fields: dict | None = None) -> list[str]:
+    """What in a store's attributes breaks ``ATTRIBUTES`` (one line each, naming the attribute);
+    with ``fields`` (``{name: (frame_shape, dtype)}``) also each camera without its image array."""
+    found = []
+    for name, (required, ok, must) in ATTRIBUTES.items():
+        if name not in attrs:
+            if required:
+                found.append(f"attribute {name!r} is missing; it must be {must}")
+            continue
+        value = attrs[name]
+        if not ok(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            found.append(f"attribute {name!r} is {shown} ({_kind(value)}); it must be {must}")
+    cameras = attrs.get("cameras")
+    if fields is not None and isinstance(cameras, dict) and all(_is_size(v) for v in cameras.values()):
+        for cam, (h, w) in cameras.items():
+            shape, dtype = fields.get(cam, (None, None))
+            if shape != (h, w, 3) or dtype != np.uint8:
+                held = f"data/{cam} holds {dtype} frames of shape {shape}" if shape else f"there is no data/{cam}"
+                found.append(f"attribute 'cameras' names {cam!r} at {h}x{w}, but {held}; a camera is a uint8 "
+                             f"array of shape ({h}, {w}, 3)")
+    return found
 
 
 def episode_digest(episode: dict[str, np.ndarray]) -> int:
@@ -120,6 +187,10 @@ class EpisodeStore:
         self.fields = {k: (tuple(a.shape[1:]), np.dtype(a.dtype)) for k, a in self.arrays.items()}
         self._digests_array = self._array(DIGESTS) if (self.path / DIGESTS / "zarr.json").is_file() else None
         self._digests: dict[int, int] | None = None  # end frame -> digest, read when first needed
+        has_array_digests = (self.path / ARRAY_DIGESTS / "zarr.json").is_file()
+        self._array_digests_array = self._array(ARRAY_DIGESTS) if has_array_digests else None
+        self._array_digests: dict[int, dict[str, int]] | None = None  # end frame -> {array: digest}
+        self.attribute_problems = attribute_problems(self.attrs, self.fields)  # open refuses, data check reports
         self._ends = np.zeros(0, np.int64)
         self._judged = False  # the index was checked (open) or made here (create): appending is safe
 
@@ -144,13 +215,19 @@ class EpisodeStore:
             if cam not in fields or tuple(fields[cam][0]) != (h, w, 3) or np.dtype(fields[cam][1]) != np.uint8:
                 raise StoreError(f"camera {cam!r} needs a uint8 field of shape ({h}, {w}, 3)")
         image_codecs(images)
+        if isinstance(control_hz, numbers.Real) and not isinstance(control_hz, bool):
+            control_hz = float(control_hz)  # numpy's numbers too
+        attributes = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "integrity": INTEGRITY, "task": task,
+                      "robot": robot, "control_hz": control_hz, "cameras": {k: list(v) for k, v in cameras.items()},
+                      "image_codec": images, **attrs}
+        wrong = attribute_problems(attributes)
+        if wrong:
+            raise StoreError(f"{path}: {wrong[0]}")
         if overwrite:
             remove(path)
         with written_whole(path) as tmp:
             root = zarr.open_group(str(tmp), mode="w-")
-            root.attrs.update({"format": FORMAT, "schema_version": SCHEMA_VERSION, "integrity": INTEGRITY,
-                               "task": task, "robot": robot, "control_hz": float(control_hz),
-                               "cameras": {k: list(v) for k, v in cameras.items()}, "image_codec": images, **attrs})
+            root.attrs.update(attributes)
             data = root.create_group("data")
             all_fields = {**{k: (tuple(s), np.dtype(d)) for k, (s, d) in fields.items()},
                           **{k: ((), d) for k, d in FRAME_FIELDS.items()}}
@@ -169,6 +246,9 @@ class EpisodeStore:
                               compressors=[Crc32cCodec()])
             meta.create_array("episode_digests", shape=(0, 2), chunks=(INDEX_CHUNK, 2), dtype=np.uint64,
                               fill_value=0, compressors=[Crc32cCodec()])
+            columns = 1 + len(all_fields)
+            meta.create_array("array_digests", shape=(0, columns), chunks=(INDEX_CHUNK, columns), dtype=np.uint64,
+                              fill_value=0, compressors=[Crc32cCodec()], attributes={"arrays": sorted(all_fields)})
         store = cls(zarr.open_group(str(path), mode="r+"), path)
         store._judged = True
         return store
@@ -191,8 +271,13 @@ class EpisodeStore:
         if attrs.get("format") != FORMAT:
             raise StoreError(f"{path} is a Zarr store but not a robot_rl episode store (format {attrs.get('format')!r})")
         version = attrs.get("schema_version")
+        if type(version) is not int:  # "1", 1.0 or true is not the version: the file was edited by hand
+            found = f"is {version!r} ({_kind(version)})" if "schema_version" in attrs else "is missing"
+            raise StoreError(f"{path / 'zarr.json'}: attribute 'schema_version' {found}; this robot_rl reads "
+                             f"version {SCHEMA_VERSION}, an integer")
         if version != SCHEMA_VERSION:
-            raise StoreError(f"{path} has schema version {version}; this robot_rl reads version {SCHEMA_VERSION}")
+            raise StoreError(f"{path / 'zarr.json'}: has schema version {version}; this robot_rl reads version "
+                             f"{SCHEMA_VERSION}")
         for required in ("data", "meta", "meta/episode_ends", "data/action", *(f"data/{k}" for k in FRAME_FIELDS)):
             if not (path / required / "zarr.json").is_file():
                 raise StoreError(f"{path} is missing '{required}'")
@@ -209,10 +294,16 @@ class EpisodeStore:
         """``mode`` "r" (read only) or "a" (append). Either refuses a store whose index does not
         match its frames, changing nothing; "a" cleans up what a writer killed mid-episode left."""
         store = cls.load(path, mode)
+        if store.attribute_problems:
+            more = len(store.attribute_problems) - 1
+            raise StoreError(f"{store.path / 'zarr.json'}: {store.attribute_problems[0]}"
+                             + (f" (and {more} more: `robot-rl data check {store.path}` lists them)" if more else ""))
         found = store.inspect_index()
         if found.problem:
             fix = (f"run `robot-rl data check --repair {store.path}`" if found.fix else
                    f"`robot-rl data check {store.path}` shows what is damaged; restore it from a backup")
+            if found.unlisted:  # the user's choice: never dropped unasked
+                fix += " to restore them to the index (or add --discard-unlisted to drop them)"
             raise StoreError(f"{store.path}: {found.problem}; nothing was changed: {fix}")
         if mode == "a":
             store._check_append_files(found.frames)  # before anything is changed
@@ -242,8 +333,9 @@ class EpisodeStore:
                                                                  "so nothing was appended"))
 
     # ---- index --------------------------------------------------------------------------------
-    def inspect_index(self) -> IndexPlan:
-        """The stored index judged against the frames (index.py), nothing changed."""
+    def inspect_index(self, discard_unlisted: bool = False) -> IndexPlan:
+        """The stored index judged against the frames (index.py), nothing changed;
+        ``discard_unlisted``: a fix that drops complete episodes the index does not list."""
         lengths = {k: a.shape[0] for k, a in self.arrays.items()}
         held = min(lengths.values())
         entries = self._entries
@@ -252,7 +344,17 @@ class EpisodeStore:
             flags = self._read(self.arrays["has_action"], self.path / "data/has_action", 0, held, verify_until=claimed)
         except StoreError as e:
             flags = getattr(e, "where", str(e))
-        found = plan(entries, self._ends_array.shape[0], lengths, flags)
+        last_commit = self._last_commit()
+        found = plan(entries, self._ends_array.shape[0], lengths, flags, discard_unlisted, last_commit)
+        if found.completes_commit:  # only if its frames are the ones whose digests were recorded
+            start, stop = (int(e) for e in found.ends[-2:]) if len(found.ends) > 1 else (0, int(found.ends[-1]))
+            try:
+                frames = {k: self._read(a, self.path / "data" / k, start, stop) for k, a in self.arrays.items()}
+                intact = not self.digest_mismatch(start, stop, frames)
+            except StoreError:
+                intact = False
+            if not intact:
+                found = plan(entries, self._ends_array.shape[0], lengths, flags, discard_unlisted)
         if found.problem and found.fix and found.frames > claimed:  # a rebuild trusts flags past the stored index
             try:
                 self._read(self.arrays["has_action"], self.path / "data/has_action", claimed, found.frames)
@@ -275,7 +377,29 @@ class EpisodeStore:
         for array in self.arrays.values():
             if array.shape[0] > found.frames:
                 array.resize((found.frames, *array.shape[1:]))
+        log = self._commit_log
+        if found.unfinished_commit and log is not None and log.shape[0]:
+            log.resize((log.shape[0] - 1, log.shape[1]))
+            self._digests = self._array_digests = None  # read again when needed
         self._ends = found.ends
+
+    @property
+    def _commit_log(self) -> zarr.Array | None:
+        """The digest array whose row ``add_episode`` grows before an episode's frames and writes
+        after them (index.py: a last row never written is a commit that did not finish)."""
+        return self._array_digests_array if self._array_digests_array is not None else self._digests_array
+
+    def _last_commit(self) -> int | None:
+        """The end frame the commit log's last row names (0: never written), None without a log."""
+        log = self._commit_log
+        if log is None or log.shape[0] == 0:
+            return None
+        n = log.shape[0]
+        folder = self.path / (ARRAY_DIGESTS if log is self._array_digests_array else DIGESTS)
+        try:
+            return int(self._read(log, folder, n - 1, n, verify_until=n - 1, units=("entry", "entries"))[0][0])
+        except StoreError:
+            return None
 
     def _read_entries(self) -> np.ndarray | str:
         """The stored index, or why it cannot be read (its last entry may be missing: a writer
@@ -316,12 +440,11 @@ class EpisodeStore:
 
     # ---- read ---------------------------------------------------------------------------------
     def get_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Episode ``index``; read whole (``keys`` None) it is checked against the digest recorded
-        when it was committed (stores made before digests: not checked)."""
+        """Episode ``index`` (the fields ``keys``, default all), checked against the digests
+        recorded when it was committed (``verify_digest``; stores made before digests: not checked)."""
         start, stop = self.episode_range(index)
         episode = self.read(start, stop, keys)
-        if keys is None:
-            self.verify_digest(index % len(self._ends), episode)
+        self.verify_digest(index % len(self._ends), episode)
         return episode
 
     def recorded_digest(self, end: int) -> int | None:
@@ -329,15 +452,51 @@ class EpisodeStore:
         if self._digests_array is None:
             return None
         if self._digests is None:
-            n = self._digests_array.shape[0]
-            pairs = self._read(self._digests_array, self.path / DIGESTS, 0, n, units=("entry", "entries"))
+            n = self._digests_array.shape[0]  # its last entry may be unwritten (a writer killed after growing it)
+            pairs = self._read(self._digests_array, self.path / DIGESTS, 0, n, verify_until=n - 1,
+                               units=("entry", "entries"))
             self._digests = {int(e): int(d) for e, d in pairs}  # a later entry for the same end wins
         return self._digests.get(int(end))
+
+    def recorded_array_digests(self, end: int) -> dict[str, int] | None:
+        """The per-array digests committed with the episode ending at frame ``end``, or None."""
+        if self._array_digests_array is None:
+            return None
+        if self._array_digests is None:
+            array, folder = self._array_digests_array, self.path / ARRAY_DIGESTS
+            names = array.attrs.get("arrays")
+            if (not isinstance(names, list) or len(names) + 1 != array.shape[1]
+                    or sorted(map(str, names)) != sorted(self.arrays)):
+                raise StoreError(_damaged(folder / "zarr.json", "its 'arrays' attribute does not name the store's "
+                                                                "arrays, one per column"))
+            n = array.shape[0]  # as in recorded_digest: its last row may be unwritten
+            rows = self._read(array, folder, 0, n, verify_until=n - 1, units=("entry", "entries"))
+            self._array_digests = {int(row[0]): dict(zip(names, map(int, row[1:]))) for row in rows}  # the later wins
+        return self._array_digests.get(int(end))
 
     @property
     def has_digests(self) -> bool:
         """Whether the store records a digest per committed episode (stores made before it do not)."""
         return self._digests_array is not None
+
+    @property
+    def has_array_digests(self) -> bool:
+        """Whether the store also records a digest per array of each episode (older stores do not)."""
+        return self._array_digests_array is not None
+
+    def digest_mismatch(self, start: int, stop: int, episode: dict[str, np.ndarray]) -> list[str]:
+        """The files (relative to the store) of ``episode``'s arrays (frames [start, stop), some or
+        all fields) whose frames differ from the digests recorded at its commit, one entry per array;
+        [] when they match or nothing was recorded. A store with whole-episode digests only is
+        checked whole: ``episode`` must then hold every field."""
+        per_array = self.recorded_array_digests(stop)
+        if per_array is not None:
+            return [", ".join(str(c.file.relative_to(self.path))
+                              for c in chunks.chunks_of(self.arrays[k], self.path / "data" / k, start, stop))
+                    for k in sorted(episode) if k in per_array and episode_digest({k: episode[k]}) != per_array[k]]
+        if self.digest_matches(stop, episode):
+            return []
+        return ["data (which array's files: not known, this store records a digest per episode, not per array)"]
 
     def digest_matches(self, end: int, episode: dict[str, np.ndarray]) -> bool:
         """``episode`` (every field, read whole) is the one committed ending at frame ``end``, or
@@ -346,13 +505,17 @@ class EpisodeStore:
         return want is None or episode_digest(episode) == want
 
     def verify_digest(self, index: int, episode: dict[str, np.ndarray]) -> None:
-        """Raise StoreError unless ``episode`` (episode ``index`` read whole) has the digest
-        recorded at its commit."""
+        """Raise StoreError, naming the files, unless ``episode`` (fields of episode ``index``) has
+        the digests recorded at its commit. Where only a whole-episode digest was recorded, the
+        fields not given are read to check it."""
         start, stop = self.episode_range(index)
-        if not self.digest_matches(stop, episode):
-            raise StoreError(f"{self.path}: episode {index} (frames {start}-{stop - 1}) does not match the digest "
-                             "recorded when it was committed: a chunk holds other frames than its own (copied or "
-                             f"moved from elsewhere); `robot-rl data check {self.path}` lists the damaged episodes")
+        rest = [k for k in self.arrays if k not in episode]
+        if rest and self.recorded_array_digests(stop) is None and self.recorded_digest(stop) is not None:
+            episode = {**episode, **self.read(start, stop, rest)}
+        moved = self.digest_mismatch(start, stop, episode)
+        if moved:
+            raise StoreError(f"{self.path}: episode {index} (frames {start}-{stop - 1}): {' and '.join(moved)}: "
+                             f"{MOVED}; `robot-rl data check {self.path}` lists the damaged episodes")
 
     def read(self, start: int, stop: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
         """Frames [start, stop) of the chosen fields (only the chunks they touch are read, and
@@ -413,16 +576,26 @@ class EpisodeStore:
         frames = self._check_episode(episode)
         start = self.n_frames
         stop = start + frames
+        log = self._commit_log
+        if log is not None:  # the commit begins: a row that reads end 0 until the frames are in (index.py)
+            logged = log.shape[0]
+            log.resize((logged + 1, log.shape[1]))
         for key, array in self.arrays.items():
             array.resize((stop, *array.shape[1:]))
             array[start:stop] = np.asarray(episode[key], dtype=array.dtype)
-        if self._digests_array is not None:  # before the commit: a digest without its entry commits nothing
-            lossy = self.attrs.get("image_codec") == "jpeg"  # its frames are what was stored, not what was given
-            digest = episode_digest({k: a[start:stop] if lossy and k in self.cameras else
-                                     np.asarray(episode[k], dtype=a.dtype) for k, a in self.arrays.items()})
-            d = self._digests_array.shape[0]
-            self._digests_array.resize((d + 1, 2))
-            self._digests_array[d] = np.array([stop, digest], np.uint64)
+        # the digests before the commit: a digest without its entry commits nothing
+        lossy = self.attrs.get("image_codec") == "jpeg"  # its frames are what was stored, not what was given
+        stored = {k: a[start:stop] if lossy and k in self.cameras else np.asarray(episode[k], dtype=a.dtype)
+                  for k, a in self.arrays.items()} if self.has_digests or self.has_array_digests else {}
+        if self._array_digests_array is not None:
+            self.recorded_array_digests(stop)  # the columns' names, checked
+            names = self._array_digests_array.attrs["arrays"]
+            row = {k: episode_digest({k: stored[k]}) for k in names}
+            self._write_row(self._array_digests_array, [stop, *row.values()], logged)  # the log
+            self._array_digests[stop] = row
+        if self._digests_array is not None:
+            digest = episode_digest(stored)
+            self._write_row(self._digests_array, [stop, digest], logged if log is self._digests_array else None)
             if self._digests is not None:
                 self._digests[stop] = digest
         n = len(self._ends)
@@ -431,6 +604,14 @@ class EpisodeStore:
         self._ends = np.append(self._ends, stop)
         self._entries = self._ends.copy()
         return n
+
+    @staticmethod
+    def _write_row(array: zarr.Array, values: list[int], row: int | None = None) -> None:
+        """Write ``values`` at ``row`` (a row grown before), or as a new last row."""
+        if row is None:
+            row = array.shape[0]
+            array.resize((row + 1, array.shape[1]))
+        array[row] = np.array(values, np.uint64)
 
     def _check_episode(self, episode: dict[str, np.ndarray]) -> int:
         missing = sorted(set(self.fields) - set(episode))
