@@ -4,7 +4,8 @@ in-process) and in ``actor_node`` (a robot, or the twin, behind ROS 2 topics). R
 Per step: observe -> the human's action if the human holds the controls, else the policy's ->
 execute -> a transition for the learner (flagged when the human drove) -> the episode's
 recording and tally -> at the episode's end its record, then a reset. Between steps the newest
-policy weights are swapped in. What the loop is driven by comes from its caller:
+policy weights are swapped in. An observation holding NaN or an infinity stops the loop where it
+comes from the env (``envs.NonFiniteObservation``, naming its key and the step). What the loop is driven by comes from its caller:
 
     env       a gym env of the robot contract (raw observations): ``PandaCellEnv`` or ``RosArmEnv``,
               perhaps behind a ``ClassifierReward``; wrapped here with ``OperatorOutcome``
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 
 from robot_rl.contract import OPERATOR_EVENTS
+from robot_rl.envs import check_observation
 from robot_rl.reward.wrapper import OperatorOutcome
 from robot_rl.errors import InputError, TrainingError
 from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_death, learner_main
@@ -226,6 +228,7 @@ class ActorLoop:
     def _new_episode(self, seed: int | None = None) -> None:
         self._reset_due = False
         self.raw, _ = self.env.reset(seed=seed)
+        check_observation(self.raw, f"the env at reset (actor step {self.stats['steps']})")
         self._obs = self.observe(self.raw)
         for part in (self.act, self.human):
             reset = getattr(part, "reset", None)
@@ -290,6 +293,8 @@ class ActorLoop:
         human_action = self.human(raw) if self.human is not None else None
         action = human_action if human_action is not None else self.act(raw, obs)
         next_raw, reward, terminated, truncated, info = self.env.step(action)
+        check_observation(next_raw, f"the env after step {self._tally.steps + 1} of its episode (actor step "
+                                    f"{self.stats['steps'] + 1})")
         held = self.arm_holds() if self.arm_holds is not None else ""
         if held:
             return self._drop_episode(held, reward, info)

@@ -196,6 +196,8 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
     checkpoint_every_s: float = setting(300.0, "... or seconds, whichever comes first (and always on SIGTERM / "
                                                "Ctrl-C)", metavar="SECONDS")
     run_dir: str | None = setting(None, "run folder (default runs/train-<task>-<obs>-<time>)", metavar="DIR")
+    env_timeout_s: float = setting(60.0, "with --env: a reset or step of the env that takes longer ends the run (a "
+                                         "checkpoint is kept); 0: no limit", metavar="SECONDS")
     record_episodes: bool = setting(False, "record every training episode into <run>/online.zarr: cameras, state, "
                                            "the actions executed, reward and each step's is_intervention flag")
     progress: bool = setting(True, "a progress line while training")
@@ -221,6 +223,9 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.checkpoint_every_s > 0:
             raise InputError(f"checkpoint_every_s must be > 0 seconds, got {self.checkpoint_every_s}")
+        if not (math.isfinite(self.env_timeout_s) and self.env_timeout_s >= 0):
+            raise InputError(f"env_timeout_s (--env-timeout-s) must be a number of seconds >= 0 (0: no limit), "
+                             f"got {self.env_timeout_s}")
         if self.stop_at_success is not None and not 0.0 <= self.stop_at_success <= 1.0:
             raise InputError(f"stop_at_success is a success rate in [0, 1], got {self.stop_at_success}")
         if not 0.0 <= self.demo_fraction <= 1.0:

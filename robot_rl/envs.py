@@ -13,9 +13,37 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.contract import STATE_SLICES
-from robot_rl.errors import InputError
+from robot_rl.errors import InputError, TrainingError
 
 OBS_MODES = ("state", "pixels")
+
+
+class NonFiniteObservation(TrainingError):
+    """The env gave an observation holding NaN or an infinity: the env is the cause, not the policy
+    or the learner (whose errors such an observation would otherwise become)."""
+
+
+def non_finite_error(where: str, key: str, values, indices=None) -> NonFiniteObservation:
+    """One line: ``where`` (the env and the step), the observation's key, which of its numbers."""
+    values = np.asarray(values, np.float64).ravel()
+    bad = np.flatnonzero(~np.isfinite(values))
+    at = (np.arange(values.size) if indices is None else np.asarray(indices))[bad].tolist()
+    kinds = " and ".join(sorted({"NaN" if np.isnan(v) else "inf" for v in values[bad]}))
+    shown = f"{at[:8]}{' ...' if len(at) > 8 else ''}"
+    return NonFiniteObservation(f"{where}: the env's observation {key!r} holds {kinds} at index {shown}; the env "
+                                "gave it (the policy never saw it): fix the env, or leave the key out of its map")
+
+
+def check_observation(obs: dict, where: str, prefix: str = "") -> None:
+    """Raise ``NonFiniteObservation`` naming the first float array of ``obs`` (nested dicts as
+    ``a/b``) that holds NaN or an infinity; ``where`` names the env and the step."""
+    for key, value in obs.items():
+        if isinstance(value, dict):
+            check_observation(value, where, f"{prefix}{key}/")
+            continue
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise non_finite_error(where, f"{prefix}{key}", arr)
 
 
 class FlatObservation(gym.ObservationWrapper):

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from robot_rl.envs import FlatObservation
+from robot_rl.envs import FlatObservation, check_observation
 from robot_rl.runtime.progress import ProgressLines
 
 
@@ -28,12 +28,14 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
     max_tries = max_tries or 3 * episodes + 10
     while kept < episodes and tries < max_tries:
         raw, _ = env.reset(seed=seed + tries)
+        check_observation(raw, f"the env at the reset of demonstration try {tries + 1} (seed {seed + tries})")
         expert.reset()
         tries += 1
         episode = []
         while True:
             action = expert(raw)
             next_raw, reward, terminated, truncated, info = env.step(action)
+            check_observation(next_raw, f"the env after step {len(episode) + 1} of demonstration try {tries}")
             episode.append((observe(raw), action, reward, observe(next_raw), terminated, truncated))
             raw = next_raw
             if terminated or truncated:
@@ -70,10 +72,12 @@ def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episode
     progress = ProgressLines("evaluation", episodes, unit="episodes", log=log) if log else None
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
+        check_observation(obs, f"the env at the reset of evaluation episode {i + 1} (seed {seed + i})")
         steps = 0
         while True:
             obs, reward, terminated, truncated, info = env.step(policy(obs))
             steps += 1
+            check_observation(obs, f"the env after step {steps} of evaluation episode {i + 1} (seed {seed + i})")
             if terminated or truncated:
                 break
         successes.append(bool(info["success"]))

@@ -26,11 +26,13 @@ from robot_rl.agent_setup import agent_config_for, check_train_config
 from robot_rl.config import TrainConfig, demo_source, task_name
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
-from robot_rl.errors import TrainingError
+from robot_rl.errors import InputError, TrainingError
+from robot_rl.foreign.client import StopWaiting
 from robot_rl.rollout import collect_demos, evaluate, steps_to_success
 from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, check_same_network, clean_leftovers,
                                          list_checkpoints, read_agent_config, read_state, resolve_checkpoint)
-from robot_rl.runtime.learner import LearnerSetup
+from robot_rl.runtime import progress
+from robot_rl.runtime.learner import LearnerSetup, NonFiniteLoss
 from robot_rl.runtime.logging import human_steps_in
 from robot_rl.runtime.wire import transition_arrays
 
@@ -41,6 +43,10 @@ class TrainingInterrupted(TrainingError):
     def __init__(self, message: str, signum: int):
         super().__init__(message)
         self.signum = signum
+
+
+class LearnerFailed(TrainingError):
+    """The learner reported an error or did not answer: nothing more is asked of it."""
 
 
 # fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
@@ -79,7 +85,7 @@ def wait_for(learner: LearnerClient, condition, what: str, timeout: float = 600.
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise TrainingError(f"timed out after {timeout:.0f} s waiting for the learner to {what}")
+            raise LearnerFailed(f"timed out after {timeout:.0f} s waiting for the learner to {what}")
         learner.poll(0.05)
 
 
@@ -99,7 +105,7 @@ def wait_for_learner(learner: LearnerClient, cfg: TrainConfig, online_sent: int)
 
 
 def learner_error(message: str) -> None:
-    raise TrainingError(message)
+    raise LearnerFailed(message)
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -169,7 +175,9 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
     ``resume`` (a run folder or a checkpoint) continues a run from its newest checkpoint that
     verifies. With ``cfg=None`` it goes on with the run's own config, changed only by
     ``overrides`` (each change is logged and kept in ``config_history.jsonl``); a full ``cfg``
-    is used as given. A run that fails before its first checkpoint removes its run folder."""
+    is used as given. A resume to fewer env steps than the run has done is refused. A run that
+    stops after its first update writes a checkpoint first where it can (on SIGTERM / SIGINT, an
+    env that hangs or fails); one that fails before its first checkpoint removes its run folder."""
     actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": 0,
                          "demo_steps_to_success": None, "demo_successful_episodes": 0,
                          "interventions": 0, "intervention_steps": 0, "episode_interventions": [],
@@ -187,6 +195,10 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
             if key in saved_cfg and json.dumps(saved_cfg[key]) != json.dumps(dataclasses.asdict(cfg)[key]):
                 raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={saved_cfg[key]!r}, not {getattr(cfg, key)!r}")
         actor_state.update({k: saved[k] for k in actor_state if k in saved})
+        if cfg.env_steps < actor_state["env_steps"]:
+            raise InputError(f"--steps {cfg.env_steps}: checkpoint {ckpt} is at env step {actor_state['env_steps']} "
+                             f"already, so there is nothing to do; give --steps above {actor_state['env_steps']} to "
+                             "train on")
         resume_from = str(ckpt)
         run_dir = Path(cfg.run_dir) if cfg.run_dir else ckpt.parent.parent
         log(f"resuming {run_dir} from {ckpt.name} at env step {actor_state['env_steps']}")
@@ -249,12 +261,42 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         record_eval(actor_state, result, step,
                     logger, log)
 
+    waiting = progress.WaitLines("train", log=log, every_s=progress.EVERY_S, last_line=lambda: logger.last_line_at)
+
+    def env_waits(what: str, waited_s: float) -> None:
+        """While a foreign env's reset or step waits: a stop abandons it; lines keep coming meanwhile."""
+        if stop.signum is not None:
+            raise StopWaiting
+        waiting.tick(f"env {cfg.env}'s {what} at env step {actor_state['env_steps']}", waited_s,
+                     cfg.env_timeout_s or None)
+
+    for each in (cell, eval_env):
+        if hasattr(each.unwrapped, "watch"):
+            each.unwrapped.watch(env_waits)
+
+    step = actor_state["env_steps"]
+    checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
+
+    def stopped() -> TrainingInterrupted:
+        """SIGTERM / SIGINT: a checkpoint at this step (once pre-training is over), and the line to stop with."""
+        name = signal.Signals(stop.signum).name
+        if learner.weights_version < 1:
+            return TrainingInterrupted(f"stopped by {name} before training began; nothing "
+                                       f"{'new ' if resume_from else ''}was saved", stop.signum)
+        if checkpointed_at != step:
+            checkpoint(step)
+        return TrainingInterrupted(f"stopped by {name} at env step {step}; checkpoint step_{step:09d} saved: continue "
+                                   f"with robot-rl train --resume {run_dir}", stop.signum)
+
+    def learner_sound(exc: Exception) -> bool:
+        return (not isinstance(exc, (LearnerFailed, NonFiniteLoss))
+                and (learner.process is None or learner.process.is_alive()))
+
     try:
         if not resume_from:
             send_demos(cfg, cell, env, learner, actor_state, log)
         learner.send("begin")
         wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
-        step = actor_state["env_steps"]
         if not resume_from:
             evaluation(step, cfg.eval_episodes)
         random_until = 0 if cfg.has_demos else cfg.random_steps
@@ -266,14 +308,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
                          recorder=training_recorder(cfg, cell, run_dir), log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
-        checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
         while step < cfg.env_steps:
             if stop.signum is not None:
-                if checkpointed_at != step:
-                    checkpoint(step)
-                name = signal.Signals(stop.signum).name
-                raise TrainingInterrupted(f"stopped by {name} at env step {step}; checkpoint step_{step:09d} "
-                                          f"saved: continue with robot-rl train --resume {run_dir}", stop.signum)
+                raise stopped()
             wait_for_learner(learner, cfg, step)
             result = loop.step()
             step += 1
@@ -293,10 +330,26 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
             if reached:
                 log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
                 break
+        this_round = actor_state["rounds"][-1]["env_step_range"]
+        if resume_from and this_round[0] == step and (run_dir / "summary.json").is_file():
+            log(f"nothing to do: {run_dir} is at env step {step} of {cfg.env_steps}; its summary.json stays as it was")
+            return json.loads((run_dir / "summary.json").read_text())
         summary = make_summary(cfg, actor_state, learner, run_dir, resume_from)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(actor_state["evals"], cfg, summary["per_1000_steps"])
         return summary
+    except StopWaiting:  # a stop came while the env hung: the call is abandoned, the step it was in is not counted
+        raise stopped() from None
+    except TrainingInterrupted:
+        raise
+    except Exception as exc:  # after the first update, what was learned is kept where the learner can save it
+        if checkpointed_at != step and learner.status.get("updates", 0) > 0 and learner_sound(exc):
+            try:
+                checkpoint(step)
+                log(f"the run stopped at env step {step}: continue it with robot-rl train --resume {run_dir}")
+            except Exception as again:  # noqa: BLE001 - the first error is the one to report
+                log(f"no checkpoint could be saved at env step {step}: {type(again).__name__}: {again}")
+        raise
     finally:
         logger.close()
         learner.close()

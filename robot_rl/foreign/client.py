@@ -4,6 +4,13 @@ worker process of another Python interpreter (``WorkerEnv``, ``robot-rl train --
 Both give flattened observations (``{"a/b": array}``, ``worker.flatten_obs``), the info's plain
 values (``worker.json_info``) and the spaces as ``worker.describe_space`` describes them, so a
 map checked against one holds for the other, and one seed gives the same episode either way.
+
+A reset, step or scripted action that takes longer than ``timeout_s`` is an ``EnvTimeout``; while
+one waits, ``on_wait(what, waited_s)`` is called about every ``POLL_S`` (progress lines, a stop:
+it may raise ``StopWaiting`` to abandon the call). A worker is stopped on either. In this process
+the limit and the hook run from SIGALRM, in the main thread only: they interrupt an env that
+blocks in Python code or in a system call (a lock, an Event, a read), but one stuck inside a C
+extension only once that returns: run such an env in a worker (``--env-python``).
 """
 
 from __future__ import annotations
@@ -11,9 +18,13 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -23,10 +34,36 @@ from robot_rl.foreign.worker import describe_space, flatten_obs, json_info, read
 
 WORKER = Path(worker.__file__)
 STDERR_LINES = 20  # kept from a worker's stderr, for the error when it dies
+POLL_S = 0.25  # how often an env call that waits checks its limit and calls on_wait
 
 
 class EnvWorkerError(TrainingError):
     """The env's worker process died or failed a request."""
+
+
+class EnvTimeout(EnvWorkerError):
+    """An env's reset, step or scripted action that took longer than its limit."""
+
+
+class StopWaiting(BaseException):
+    """Raised by an ``on_wait`` hook to abandon an env call that waits (a stop was asked for). A
+    BaseException, so that an env's own ``except Exception`` does not swallow it in this process."""
+
+
+class _Overdue(BaseException):
+    """SIGALRM's word that an in-process env call passed its limit."""
+
+
+def _timeout_error(env_id: str, during: str, limit: float, stopped: str) -> EnvTimeout:
+    return EnvTimeout(f"env {env_id}: its {during} did not return within {limit:g} s (--env-timeout-s), so the env "
+                      f"hangs or is far too slow; {stopped}")
+
+
+class Watched:
+    """A limit on each env call (``timeout_s``, None: none) and the hook called while one waits."""
+
+    timeout_s: float | None = None
+    on_wait: Callable[[str, float], None] | None = None
 
 
 def _start_error(env_id: str, expert: str | None, stage: str, kind: str, message: str) -> InputError:
@@ -43,11 +80,12 @@ def _start_error(env_id: str, expert: str | None, stage: str, kind: str, message
     return InputError(f"--env {env_id}: gym.make failed: {text}")
 
 
-class LocalEnv:
+class LocalEnv(Watched):
     """The env made in this process."""
 
-    def __init__(self, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None):
-        self.env_id = env_id
+    def __init__(self, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None,
+                 timeout_s: float | None = None):
+        self.env_id, self.timeout_s = env_id, timeout_s
         stage = "make"
         try:
             self.env = worker.make_env(env_id, dict(kwargs))
@@ -64,32 +102,61 @@ class LocalEnv:
         self.control_hz = worker.control_hz(self.env)
         self._last = None
 
+    def _watched(self, during: str, call: Callable):
+        """``call()`` under the limit and the hook, ticked by SIGALRM (the main thread only)."""
+        if (self.timeout_s is None and self.on_wait is None) or threading.current_thread() is not threading.main_thread():
+            return call()
+        start, armed = time.monotonic(), True
+
+        def tick(signum, frame) -> None:
+            if not armed:  # a tick that was due as the call returned
+                return
+            waited = time.monotonic() - start
+            if self.timeout_s is not None and waited >= self.timeout_s:
+                raise _Overdue
+            if self.on_wait is not None:
+                self.on_wait(during, waited)
+
+        previous = signal.signal(signal.SIGALRM, tick)
+        first = POLL_S if self.timeout_s is None else min(POLL_S, self.timeout_s)
+        signal.setitimer(signal.ITIMER_REAL, first, POLL_S)
+        try:
+            return call()
+        except _Overdue:
+            raise _timeout_error(self.env_id, during, self.timeout_s, "its call was abandoned") from None
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
     def reset(self, seed: int | None = None) -> tuple[dict, dict]:
         if seed is not None:
             worker.seed_globals(int(seed))
-        self._last, info = self.env.reset(seed=seed)
+        self._last, info = self._watched("reset", lambda: self.env.reset(seed=seed))
         if self.expert is not None and hasattr(self.expert, "reset"):
             self.expert.reset()
         return flatten_obs(self._last), json_info(info)
 
     def step(self, action: np.ndarray):
-        self._last, reward, terminated, truncated, info = self.env.step(action)
+        self._last, reward, terminated, truncated, info = self._watched("step", lambda: self.env.step(action))
         return flatten_obs(self._last), float(reward), bool(terminated), bool(truncated), json_info(info)
 
     def expert_action(self) -> np.ndarray:
-        return worker.call_policy(self.expert, self._last, self.env)
+        return self._watched("scripted action", lambda: worker.call_policy(self.expert, self._last, self.env))
 
     def close(self) -> None:
         self.env.close()
 
 
-class WorkerEnv:
+class WorkerEnv(Watched):
     """The env in a worker process of ``python`` (``worker.py`` run as a script), over its stdin and
     stdout in ``worker``'s frames. Its death is one ``EnvWorkerError`` naming the env and the last
     lines of its stderr: a read of a dead process's stdout ends at once, so nothing waits."""
 
-    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None):
-        self.env_id, self.python = env_id, python
+    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None,
+                 timeout_s: float | None = None):
+        self.env_id, self.python, self.timeout_s = env_id, python, timeout_s
+        self._pending: str | None = None  # a request sent and not answered: its worker is busy or hung
         if not Path(python).is_file() or not os.access(python, os.X_OK):
             raise InputError(f"--env-python {python}: not an executable file")
         env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
@@ -134,20 +201,46 @@ class WorkerEnv:
         return EnvWorkerError(f"env {self.env_id}: its worker process ({self.python}) died during {during} "
                               f"(exit code {code}); its stderr ended: {said}")
 
+    def _await(self, during: str) -> None:
+        """Until the worker's reply starts (one reply per request: none waits in the read buffer),
+        under the limit and the hook. A worker that passes the limit is stopped."""
+        start = time.monotonic()
+        while True:
+            waited = time.monotonic() - start
+            if self.timeout_s is not None and waited >= self.timeout_s:
+                self._kill()
+                raise _timeout_error(self.env_id, during, self.timeout_s, f"its worker process ({self.python}) "
+                                     "was stopped") from None
+            left = POLL_S if self.timeout_s is None else min(POLL_S, self.timeout_s - waited)
+            if select.select([self.proc.stdout], [], [], left)[0]:
+                return
+            if self.on_wait is not None:
+                self.on_wait(during, time.monotonic() - start)
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def _reply(self, during: str) -> dict:
         try:
+            if during != "start" and (self.timeout_s is not None or self.on_wait is not None):
+                self._await(during)
             header, arrays = read_frame(self.proc.stdout)
         except (EOFError, OSError, ValueError):
             raise self._died(during) from None
         header["arrays"] = arrays
         return header
 
-    def _request(self, op: str, arrays: dict | None = None, **fields) -> dict:
+    def _request(self, op: str, arrays: dict | None = None, during: str | None = None, **fields) -> dict:
+        during = during or op
         try:
             write_frame(self.proc.stdin, {"op": op, **fields}, arrays)
         except (BrokenPipeError, OSError, ValueError):
-            raise self._died(op) from None
-        reply = self._reply(op)
+            raise self._died(during) from None
+        self._pending = during
+        reply = self._reply(during)
+        self._pending = None
         if not reply.get("ok"):
             raise EnvWorkerError(f"env {self.env_id} failed {op} in its worker: {reply.get('error')}")
         return reply
@@ -161,9 +254,11 @@ class WorkerEnv:
         return reply["arrays"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
 
     def expert_action(self) -> np.ndarray:
-        return self._request("expert")["arrays"]["action"]
+        return self._request("expert", during="scripted action")["arrays"]["action"]
 
     def close(self) -> None:
+        if self._pending is not None:  # abandoned mid-call: it would not answer a close
+            self._kill()
         if self.proc.poll() is None:
             try:
                 write_frame(self.proc.stdin, {"op": "close"})
@@ -179,10 +274,11 @@ class WorkerEnv:
 
 
 def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None,
-             setup: str | None = None):
+             setup: str | None = None, timeout_s: float | None = None):
     """The env in this process (``python`` None) or in a worker of ``python``; ``setup``
-    (``module:function``) is called once with the unwrapped env, in its interpreter."""
+    (``module:function``) is called once with the unwrapped env, in its interpreter. ``timeout_s``:
+    the limit on each reset, step and scripted action (None: none; making the env has none)."""
     if python is None:
-        return LocalEnv(env_id, kwargs, expert, setup)
-    return WorkerEnv(python, env_id, kwargs, expert, setup)
+        return LocalEnv(env_id, kwargs, expert, setup, timeout_s)
+    return WorkerEnv(python, env_id, kwargs, expert, setup, timeout_s)
 

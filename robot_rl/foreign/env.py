@@ -13,9 +13,10 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.contract import ControlLimits, resize_frame
+from robot_rl.envs import non_finite_error
 from robot_rl.errors import InputError
 from robot_rl.foreign.client import open_env
-from robot_rl.foreign.mapping import EnvMap, parse_env_kwargs, read_env_map
+from robot_rl.foreign.mapping import EnvMap, parse_env_kwargs, parse_ref, read_env_map, select
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,9 @@ class MappedEnv(gym.Env):
     """See the module's doc. ``info`` gains ``success`` (by the map's rule; ``success_source`` says
     which) as the twin's does. With the map's ``end_on_success`` the step that says success ends
     the episode (terminated), for an env that would run on to its time limit. ``succeeded``: this
-    episode has had a successful step (what an operator watching the scene stands by on)."""
+    episode has had a successful step (what an operator watching the scene stands by on). An
+    observation whose numbers the map reads holding NaN or an infinity is a ``NonFiniteObservation``
+    naming the env's key and the step."""
 
     full_state = True  # the mapped state is the policy's whole state observation (no privileged poses)
 
@@ -59,8 +62,26 @@ class MappedEnv(gym.Env):
         self.limits = ControlLimits(control_hz=float(getattr(inner, "control_hz", None) or 10.0))
         self.success_source: str | None = None  # what said success at the last step
         self.succeeded = False  # success at some step of this episode
+        self.episode_step = 0
+        gripper_key = [gripper.open_state["key"]] if gripper is not None and gripper.open_state is not None else []
+        self._read = list(dict.fromkeys(list(self.map.state) + [r for pair in self.map.differences for r in pair]
+                                        + gripper_key))  # the numbers the state is made of
+
+    def watch(self, on_wait) -> None:
+        """``on_wait(what, waited_s)`` while a reset or step waits (``client.Watched``)."""
+        self.inner.on_wait = on_wait
+
+    def _check(self, flat: dict) -> None:
+        for ref in self._read:
+            values = select(flat, ref)
+            if not np.isfinite(values).all():
+                key, part = parse_ref(ref)
+                when = "at reset" if self.episode_step == 0 else f"after step {self.episode_step} of the episode"
+                raise non_finite_error(f"env {self.env_id} {when}", key, values,
+                                       np.arange(np.asarray(flat[key]).size)[part])
 
     def _observation(self, flat: dict) -> dict:
+        self._check(flat)
         obs = {"state": self.map.state_of(flat)}
         if self.cameras:
             obs["images"] = {cam: resize_frame(flat[self.map.cameras[cam]], self.image_size) for cam in self.cameras}
@@ -68,7 +89,7 @@ class MappedEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options=None):
         flat, info = self.inner.reset(seed=seed)
-        self.succeeded = False
+        self.succeeded, self.episode_step = False, 0
         return self._observation(flat), info
 
     def step(self, action):
@@ -77,6 +98,7 @@ class MappedEnv(gym.Env):
             raise InputError(f"env {self.env_id}: the policy's action must be {self.action_space.shape[0]} finite "
                              f"numbers, got {action.tolist()}")
         flat, reward, terminated, truncated, info = self.inner.step(self.map.to_env_action(np.clip(action, -1, 1)))
+        self.episode_step += 1
         success, self.success_source = self.map.success_of(info, reward)
         self.succeeded = self.succeeded or success
         if success and self.map.end_on_success:
@@ -105,11 +127,12 @@ class ScriptedExpert:
 
 
 def make_foreign_env(cfg, cameras: tuple[str, ...] = (), image_size=(64, 64), reward_classifier: str | None = None):
-    """``cfg.env`` (with ``env_kwargs``, ``env_map``, ``env_python``, ``env_expert``) as the run's cell,
-    rendering ``cameras``; with ``reward_classifier`` the reward and the episode end come from the
-    success classifier (whose cameras it renders too, at its size without pixels), as on the twin:
-    the map's ``end_on_success`` is then left to the classifier's success (``ClassifierReward`` ends
-    the episode there), never the env's own, which the run does not reward."""
+    """``cfg.env`` (with ``env_kwargs``, ``env_map``, ``env_python``, ``env_expert`` and a training
+    run's ``env_timeout_s``, 0: no limit) as the run's cell, rendering ``cameras``; with
+    ``reward_classifier`` the reward and the episode end come from the success classifier (whose
+    cameras it renders too, at its size without pixels), as on the twin: the map's
+    ``end_on_success`` is then left to the classifier's success (``ClassifierReward`` ends the
+    episode there), never the env's own, which the run does not reward."""
     env_map = read_env_map(cfg.env_map)
     classifier = None
     if reward_classifier is not None:
@@ -120,8 +143,9 @@ def make_foreign_env(cfg, cameras: tuple[str, ...] = (), image_size=(64, 64), re
         if not cameras:
             image_size = classifier.config.image_size
         cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
+    timeout_s = getattr(cfg, "env_timeout_s", None) or None
     inner = open_env(cfg.env, {**env_map.kwargs, **parse_env_kwargs(cfg.env_kwargs)}, cfg.env_python, cfg.env_expert,
-                     env_map.setup)
+                     env_map.setup, timeout_s)
     try:
         env = MappedEnv(inner, env_map, cfg.env, tuple(cameras), tuple(image_size))
     except BaseException:

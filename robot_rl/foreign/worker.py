@@ -13,7 +13,8 @@ Nested Dict observations are flattened to ``outer/inner`` keys.
 Arguments: the env id, gym.make's keywords as JSON, the scripted policy (``module:function`` or
 empty) and a setup function (the same, called once with the unwrapped env, or empty).
 
-Requests (header ``op``): ``reset`` (``seed``), ``step`` (array ``action``), ``expert`` (the
+The worker ignores SIGINT (Ctrl-C in a terminal reaches the whole process group): its parent
+stops it, after saving what it has. Requests (header ``op``): ``reset`` (``seed``), ``step`` (array ``action``), ``expert`` (the
 scripted policy's action for the last observation), ``close``. Each reply carries ``ok`` and
 either the result or ``error`` (the exception as one line). The first reply, before any request,
 describes the env: its spaces, its time limit and the versions, or the error that stopped it.
@@ -26,6 +27,7 @@ import importlib.util
 import json
 import os
 import random
+import signal
 import struct
 import sys
 import traceback
@@ -235,6 +237,7 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     env_id, kwargs = sys.argv[1], json.loads(sys.argv[2])
     expert_spec, setup_spec = (sys.argv[3] or None), (sys.argv[4] or None)
     sys.path[0] = os.getcwd()  # scripted policies resolve from the working folder, as with python -m

@@ -33,6 +33,11 @@ class RunLogger:
             self.task = self.bar.add_task("train", total=total_steps, info="")
             self.bar.start()
 
+    @property
+    def last_line_at(self) -> float | None:
+        """When the plain progress lines last spoke (monotonic seconds); None without them."""
+        return self._lines.last if self._lines is not None else None
+
     def scalar(self, name: str, value: float, step: int) -> None:
         self.writer.add_scalar(name, value, step)
 

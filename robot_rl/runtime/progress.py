@@ -5,7 +5,12 @@ whatever figures the loop adds (latest loss, success rate)::
     classifier: step 1200/4000 (30%), 10.4 steps/s, ETA 4.5 min, loss 0.0234
 
 The first line comes after ``every_s`` too, so a loop that ends sooner says nothing but its
-last line. Time is ``clock()`` (monotonic seconds), given by tests."""
+last line. While a loop waits on one thing that does not come (a hung env's reset),
+``WaitLines`` keeps the lines coming, saying what it waits for::
+
+    train: waiting 15 s for env gym_hil/PandaPickCubeBase-v0's reset at env step 1200 (limit 60 s)
+
+Time is ``clock()`` (monotonic seconds), given by tests."""
 
 from __future__ import annotations
 
@@ -51,6 +56,29 @@ class ProgressLines:
         for name, value in figures.items():
             text += f", {name} {value:.4g}" if isinstance(value, float) else f", {name} {value}"
         return text
+
+
+class WaitLines:
+    """A line at most every ``every_s`` while a loop waits: what for, how long so far and the limit.
+    ``last_line()``: when the loop's own last line came (``clock`` seconds; None: none yet), so
+    that with the loop's lines there is one at least every ``every_s``; without them the first
+    comes ``every_s`` into the wait."""
+
+    def __init__(self, label: str, log: Callable[[str], None] = print, every_s: float = EVERY_S,
+                 clock: Callable[[], float] = time.monotonic, last_line: Callable[[], float | None] | None = None):
+        self.label, self.log, self.every_s, self.clock, self.last_line = label, log, every_s, clock, last_line
+        self.said: float | None = None  # when this said its last line
+
+    def tick(self, what: str, waited_s: float, limit_s: float | None = None) -> bool:
+        """Called while waiting (often); says ``what`` it waits for when a line is due. True when it did."""
+        now = self.clock()
+        said = [t for t in (self.said, self.last_line() if self.last_line else None) if t is not None]
+        if now - max(said, default=now - waited_s) < self.every_s:
+            return False
+        self.said = now
+        limit = f" (limit {_duration(limit_s)})" if limit_s else ""
+        self.log(f"{self.label}: waiting {_duration(waited_s)} for {what}{limit}")
+        return True
 
 
 def _rate(rate: float) -> str:
