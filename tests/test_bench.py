@@ -315,6 +315,6 @@ def test_faults_bench_kills_and_corrupts_without_losing_anything(monkeypatch):
     assert figures["merge_reruns_ok"] == 1 and figures["record_stores_appendable"] == 1
     assert figures["train_resumes_ok"] == 1
     assert 0 <= figures["env_steps_lost_per_crash_max"] <= 300  # at most one checkpoint interval
-    assert figures["corruptions_injected"] == 13 and figures["corruptions_detected"] == 13, figures["corruptions"]
+    assert figures["corruptions_injected"] == 18 and figures["corruptions_detected"] == 18, figures["corruptions"]
     if "learner_skipped" not in figures:
         assert figures["learner_restarts_ok"] == 1, said

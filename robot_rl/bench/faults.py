@@ -17,12 +17,17 @@ Kill loops (SIGKILL at random moments, each process its own):
 
 Injected corruptions, each on a fresh copy: an episode store's index (one entry below its
 neighbours, an emptied index chunk), a deleted image shard, garbled image and numeric chunks,
-a garbled array ``zarr.json``, an image shard copied over another's place; a checkpoint's
-weights overwritten, a NaN in its weights, a truncated replay file, a save cut short (a leftover
-``.tmp`` folder); a full disk (ENOSPC injected) during an append and during a checkpoint save.
-Each counts as detected when it gives an error naming the damaged file (or, for a cut-short
-save, is passed over for the newest complete checkpoint; for a full disk, the error says so,
-nothing committed is lost and the store appends afterwards).
+a garbled array ``zarr.json``, an image shard copied over another's place, a store attribute of
+the wrong type, one camera's shard swapped with another's (read by a reader of that camera
+alone), an older ``meta/`` copied over newer data; a checkpoint's weights overwritten, a NaN in
+its weights, a truncated replay file, a save cut short (a leftover ``.tmp`` folder); a full disk
+(ENOSPC injected) during an append and during a checkpoint save; an env that hangs in a worker
+(``--env-timeout-s``) and Ctrl-C to a worker run's process group. Each counts as detected when
+it gives an error naming the damaged file (or, for a cut-short save, is passed over for the
+newest complete checkpoint; for a full disk, the error says so, nothing committed is lost and
+the store appends afterwards; for the older index, ``data check`` lists the episodes it does not,
+an append refuses and ``--repair`` restores them; for the env, the run stops in one line with a
+checkpoint a resume goes on from: the quick run verifies it, the full run resumes).
 
 Figures: ``kills``, ``committed_episodes_lost`` (must be 0), ``partial_outputs`` (must be 0),
 ``env_steps_lost_per_crash_median`` / ``_max``, ``corruptions_injected``,
@@ -58,9 +63,10 @@ class Child:
     """A subprocess whose output lines are collected by a thread; ``wait_for`` blocks until a
     line matches (an event, not a sleep), ``kill`` is SIGKILL."""
 
-    def __init__(self, args: list[str], env: dict | None = None, cwd: str | None = None):
+    def __init__(self, args: list[str], env: dict | None = None, cwd: str | None = None, group: bool = False):
+        # group: its own process group, as a command started in a terminal (Ctrl-C reaches all of it)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, cwd=cwd)
+                                     env=env, cwd=cwd, start_new_session=group)
         self.lines: list[str] = []
         self._new = threading.Condition()
         self._reader = threading.Thread(target=self._pump, daemon=True)
@@ -252,6 +258,106 @@ def train_loop(work: Path, n_kills: int, steps: int, every: int, rng: random.Ran
             "env_steps_lost_per_crash_max": int(max(lost, default=0))}
 
 
+# --------------------------------------------------------------------------- an env in a worker
+# Someone else's env, run by train in a worker (--env-python): a point finger reaching a goal in
+# 40-step episodes; ``hang_at_reset=N``: its N-th reset never returns (a simulator that stopped).
+WORKER_ENV = """import threading
+
+import gymnasium as gym
+import numpy as np
+
+
+class Reach(gym.Env):
+    def __init__(self, hang_at_reset=0):
+        self.hang_at_reset, self.resets = hang_at_reset, 0
+        self.observation_space = gym.spaces.Dict({"agent": gym.spaces.Box(-1, 1, (3,), np.float32),
+                                                  "goal": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        self.action_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+
+    def _obs(self):
+        return {"agent": np.array([*self.pos, self.grip], np.float32), "goal": self.goal.astype(np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.resets == self.hang_at_reset:
+            threading.Event().wait()
+        self.pos, self.goal = self.np_random.uniform(-0.5, 0.5, 2), self.np_random.uniform(-0.5, 0.5, 2)
+        self.grip = 0.0
+        return self._obs(), {}
+
+    def step(self, action):
+        action = np.clip(np.asarray(action, np.float64), -1, 1)
+        self.pos = np.clip(self.pos + 0.05 * action[:2], -1, 1)
+        self.grip = float(np.clip(self.grip + action[3], 0, 1))
+        success = bool(self.grip > 0.5 and np.linalg.norm(self.pos - self.goal) < 0.1)
+        return self._obs(), float(success), success, False, {"is_success": success}
+
+
+gym.register("bench_faults/Reach-v0", entry_point=Reach, max_episode_steps=40)
+"""
+WORKER_ENV_ID = "bench_faults_env:bench_faults/Reach-v0"
+
+
+def worker_train_args(run: Path, steps: int, *extra: str) -> list[str]:
+    return ["train", "--env", WORKER_ENV_ID, "--env-python", sys.executable, "--obs", "state", "--demos", "0",
+            "--random-steps", "10", "--steps", str(steps), "--eval-every", "100000", "--eval-episodes", "1",
+            "--final-eval-episodes", "1", "--checkpoint-every", "100000", "--learner", "inline", "--run-dir",
+            str(run), "--seed", "0", *extra]
+
+
+def resumes(run: Path, steps: int, env: dict, run_it: bool) -> bool:
+    """``train --resume RUN --steps steps`` ends with a summary at ``steps`` (``run_it`` False:
+    the newest checkpoint verifies, as a resume checks first; the quick run's shortcut)."""
+    from robot_rl.errors import UserFacingError
+    from robot_rl.runtime.checkpoint import latest_checkpoint, verify_checkpoint
+
+    if not run_it:
+        try:
+            verify_checkpoint(latest_checkpoint(run))
+            return True
+        except (UserFacingError, TypeError):
+            return False
+    resume = Child(CLI + ["train", "--resume", str(run), "--steps", str(steps), "--no-progress"], env=env)
+    return resume.finish(600) == 0 and json.loads(resume.lines[-1])["env_steps"] == steps
+
+
+def worker_env_faults(work: Path, log, resume: bool = True) -> dict:
+    """A hung env (its second reset never returns; --env-timeout-s 1) and Ctrl-C to the whole
+    process group during a worker run. Each is detected when the run stops in one line (exit 2,
+    naming the env and the call; exit 130) with a checkpoint that a resume goes on from
+    (``resume`` False: that verifies)."""
+    from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
+
+    (work / "bench_faults_env.py").write_text(WORKER_ENV)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))}
+    results = {}
+
+    run = work / "worker-hung"
+    child = Child(CLI + worker_train_args(run, 1000, "--env-kwargs", "hang_at_reset=2", "--env-timeout-s", "1"), env=env)
+    rc = child.finish(600)
+    errors = [line for line in child.lines if line.startswith("robot-rl:")]
+    ckpt = latest_checkpoint(run) if run.exists() else None
+    kept = read_state(ckpt)["env_steps"] if ckpt is not None else 0
+    results["train_env_hung"] = (rc == 2 and len(errors) == 1 and "did not return within 1 s" in errors[0]
+                                 and WORKER_ENV_ID in errors[0] and kept == 40 and resumes(run, 45, env, resume))
+    log(f"train_env_hung: {'detected' if results['train_env_hung'] else 'MISSED'}: exit {rc}, "
+        f"{errors[-1] if errors else 'no error line'}; checkpoint at env step {kept}")
+
+    run = work / "worker-ctrl-c"
+    child = Child(CLI + worker_train_args(run, 100_000), env=env, group=True)
+    if not child.wait_for(lambda line: (step_of(line) or 0) >= 200, timeout=600):
+        raise RuntimeError(f"the worker run ended before step 200:\n{child.output()[-2000:]}")
+    os.killpg(child.proc.pid, signal.SIGINT)  # Ctrl-C in its terminal: the run and its env worker
+    rc = child.finish(600)
+    ckpt = latest_checkpoint(run) if run.exists() else None
+    kept = read_state(ckpt)["env_steps"] if ckpt is not None else 0
+    results["train_worker_ctrl_c"] = rc == 130 and kept >= 200 and resumes(run, kept + 20, env, resume)
+    log(f"train_worker_ctrl_c: {'detected' if results['train_worker_ctrl_c'] else 'MISSED'}: exit {rc}, "
+        f"checkpoint at env step {kept}")
+    return results
+
+
 # --------------------------------------------------------------------------- ROS learner node
 def learner_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
     try:
@@ -345,9 +451,70 @@ def store_damage(store: Path, rng: random.Random) -> dict:
             shards[0].write_bytes(shards[1].read_bytes())
         return shards[0]
 
+    def attribute_wrong_type(path: Path) -> Path:
+        """The tester's: a store attribute of the wrong type (``control_hz: "ten"``)."""
+        import zarr
+
+        zarr.open_group(str(path), mode="r+").attrs["control_hz"] = "ten"
+        return path / "zarr.json"
+
     return {"store_index_entry": index_entry, "store_index_chunk": index_chunk, "store_image_shard_deleted": image_shard,
             "store_image_chunk_garbled": image_chunk, "store_numeric_chunk_garbled": numeric_chunk,
-            "store_array_metadata_garbled": array_metadata, "store_image_shard_misplaced": image_shard_misplaced}
+            "store_array_metadata_garbled": array_metadata, "store_image_shard_misplaced": image_shard_misplaced,
+            "store_attribute_wrong_type": attribute_wrong_type}
+
+
+def one_camera_reader_detects_swapped_shards(path: Path) -> tuple[bool, str]:
+    """The tester's: camera ``front``'s first shard swapped with ``wrist``'s (each passes its
+    CRC), then every episode read as a reader of ``front`` alone reads it (export-video, view,
+    classifier train): each read of a swapped episode is one line naming front's shard."""
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.errors import UserFacingError
+
+    front, wrist = (sorted(p for p in (path / f"data/{cam}").rglob("*") if p.is_file() and p.name != "zarr.json")[0]
+                    for cam in ("front", "wrist"))
+    a, b = front.read_bytes(), wrist.read_bytes()
+    front.write_bytes(b)
+    wrist.write_bytes(a)
+    store, refused, said = EpisodeStore.open(path), 0, []
+    for i in range(len(store)):
+        try:
+            store.get_episode(i, ["front"])
+        except UserFacingError as err:
+            refused += "\n" not in str(err) and str(front.relative_to(path)) in str(err)
+            said.append(str(err))
+    swapped = sum(1 for i in range(len(store)) if store.episode_range(i)[0] < store.arrays["front"].shards[0])
+    return refused == swapped > 0, f"{refused} of the {swapped} swapped episodes refused" + (f": {said[0]}" if said else "")
+
+
+def older_index_over_newer_data(path: Path, more: int = 3) -> tuple[bool, str, int]:
+    """The tester's: a backup of ``meta/``, ``more`` episodes appended, the backup copied back.
+    Detected when ``data check`` lists the episodes the index does not, an append refuses in one
+    line and ``--repair`` restores them bit-identical; also returns the committed episodes lost."""
+    from robot_rl.data import check_store
+    from robot_rl.data.store import EpisodeStore, StoreError
+
+    backup = path.parent / f"{path.name}.meta-backup"
+    shutil.copytree(path / "meta", backup)
+    store = EpisodeStore.open(path, "a")
+    before = len(store)
+    added = [store.get_episode(i) for i in range(more)]
+    for episode in added:
+        store.add_episode(episode)
+    shutil.copytree(backup, path / "meta", dirs_exist_ok=True)  # the fault
+    report = check_store(path)
+    listed = not report["ok"] and len(report.get("unlisted_episodes", {})) == more
+    try:
+        EpisodeStore.open(path, "a")
+        refused = False
+    except StoreError as err:
+        refused = "\n" not in str(err) and "data check --repair" in str(err)
+    repaired = check_store(path, repair=True)
+    after = EpisodeStore.open(path)
+    kept = sum(1 for k, episode in enumerate(added) if before + k < len(after)
+               and episodes_equal(after.get_episode(before + k), episode))
+    ok = listed and refused and repaired["ok"] and kept == more
+    return ok, f"listed by check: {listed}; append refused: {refused}; restored {kept} of {more}", more - kept
 
 
 def disk_full_error(filename: str) -> OSError:
@@ -502,7 +669,7 @@ def checkpoint_detects(run: Path, damaged: Path) -> tuple[bool, str]:
         return (str(damaged) in message or str(ckpt) in message) and "\n" not in message, message
 
 
-def corruptions(work: Path, rng: random.Random, log) -> dict:
+def corruptions(work: Path, rng: random.Random, log, quick: bool = False) -> dict:
     from robot_rl.runtime.checkpoint import latest_checkpoint
 
     good_store = work / "corrupt-source.zarr"
@@ -514,6 +681,15 @@ def corruptions(work: Path, rng: random.Random, log) -> dict:
         damaged = damage(copy)
         results[name], message = store_detects(copy, damaged)
         log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+
+    copy = work / "store_camera_shards_swapped.zarr"
+    shutil.copytree(good_store, copy)
+    results["store_camera_shards_swapped"], message = one_camera_reader_detects_swapped_shards(copy)
+    log(f"store_camera_shards_swapped: {'detected' if results['store_camera_shards_swapped'] else 'MISSED'}: {message}")
+    copy = work / "store_older_index.zarr"
+    shutil.copytree(good_store, copy)
+    results["store_older_index_over_newer_data"], message, lost = older_index_over_newer_data(copy)
+    log(f"store_older_index_over_newer_data: {'held' if lost == 0 else 'LOST EPISODES'}: {message}")
 
     good_run = work / "corrupt-train"
     child = Child(CLI + train_args(good_run, 400, 200))
@@ -535,6 +711,8 @@ def corruptions(work: Path, rng: random.Random, log) -> dict:
     results["checkpoint_disk_full"], message = checkpoint_survives_a_full_disk(copy)
     log(f"checkpoint_disk_full: {'held' if results['checkpoint_disk_full'] else 'MISSED'}: {message}")
 
+    results.update(worker_env_faults(work, log, resume=not quick))
+
     # a save cut short: a complete-looking folder under the temporary name, newer than the rest
     copy = work / "checkpoint_save_cut_short"
     shutil.copytree(good_run, copy)
@@ -546,7 +724,7 @@ def corruptions(work: Path, rng: random.Random, log) -> dict:
     log(f"checkpoint_save_cut_short: {'passed over' if results['checkpoint_save_cut_short'] else 'MISSED'} "
         f"(latest: {found})")
     return {"corruptions_injected": len(results), "corruptions_detected": sum(results.values()),
-            "corruptions": results}
+            "corruptions": results, "older_index_episodes_lost": lost}
 
 
 # --------------------------------------------------------------------------- run
@@ -566,11 +744,12 @@ def run(quick: bool = False, log=print) -> dict:
         log("faults 4/5: SIGKILL loop on the ROS learner node")
         figures.update(learner_loop(work, cfg["learner_kills"], rng, log))
         log("faults 5/5: injected corruptions")
-        figures.update(corruptions(work, rng, log))
+        figures.update(corruptions(work, rng, log, quick))
     kills = figures["record_kills"] + figures["merge_kills"] + figures["train_kills"] + figures["learner_restarts"]
     summary = {
         "kills": kills,
-        "committed_episodes_lost": figures["record_episodes_lost"] + figures["merge_input_episodes_lost"],
+        "committed_episodes_lost": (figures["record_episodes_lost"] + figures["merge_input_episodes_lost"]
+                                    + figures["older_index_episodes_lost"]),
         "partial_outputs": figures["merge_partial_outputs"],
         "env_steps_lost_per_crash_median": figures["env_steps_lost_per_crash_median"],
         "env_steps_lost_per_crash_max": figures["env_steps_lost_per_crash_max"],
