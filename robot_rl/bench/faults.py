@@ -330,7 +330,7 @@ def worker_env_faults(work: Path, log, resume: bool = True) -> dict:
     from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 
     (work / "bench_faults_env.py").write_text(WORKER_ENV)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": str(work)}  # the env's module, for the run and its worker
     results = {}
 
     run = work / "worker-hung"
