@@ -26,7 +26,7 @@ from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
 from robot_rl.actor import ActorLoop, LearnerClient, ScriptedMotions, ScriptedPolicy, hold_still
 from robot_rl.agents.sac import SACAgent
 from robot_rl.agent_setup import agent_config_for
-from robot_rl.config import POLICIES, ActorNodeConfig, write_config_json
+from robot_rl.config import ActorNodeConfig, write_config_json
 from robot_rl.contract import ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.drivers import topics
@@ -46,9 +46,6 @@ class ActorNode(Node):
         self.cfg = cfg
         if cfg.run_dir:
             write_config_json(f"{cfg.run_dir}/actor_config.json", cfg)
-        if cfg.policy not in POLICIES or cfg.keep not in ("all", "successes"):
-            raise InputError(f"policy must be one of {POLICIES} and keep 'all' or 'successes'; got {cfg.policy!r}, "
-                             f"{cfg.keep!r}")
         if cfg.policy == "expert" and not cfg.sim:
             raise InputError("policy 'expert' is the sim's scripted expert: it needs sim:=true (object poses)")
         torch.set_num_threads(1)

@@ -42,9 +42,8 @@ def load_online_store(path: str, env, task: str, replay) -> dict:
     check_store_fits_env(store, env, task)
     steps = 0
     for i in range(len(store)):
-        for obs, action, reward, next_obs, terminated, truncated, intervention in transitions(store, i):
-            replay.add(env.observation(obs), action, reward, env.observation(next_obs), terminated, truncated,
-                       intervention)
+        for transition in transitions(store, i):
+            replay.add(env.transition(transition))
             steps += 1
     return {"episodes": len(store), "steps": steps}
 

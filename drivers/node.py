@@ -18,7 +18,8 @@ def declare_config(node, config_cls):
     (``robot_rl.config``; names stay flat: ``task``, ``utd``, ...). Tuples are typed arrays
     (``-p cameras:=[front,wrist]``; ``[]`` is the empty tuple); ``None`` defaults are ``""``; a
     field of settings (``agent``) is a string array of KEY=VALUE, as the CLI's ``--agent``
-    (``-p agent:=[critic_actor_ratio=2]``; empty: the defaults)."""
+    (``-p agent:=[critic_actor_ratio=2]``; empty: the defaults). A value outside a field's
+    ``choices`` is one line naming the parameter."""
     from rcl_interfaces.msg import ParameterDescriptor
 
     from robot_rl.config import check_values, field_default, parse_key_values
@@ -44,6 +45,9 @@ def declare_config(node, config_cls):
             value = node.declare_parameter(f.name, "" if default is None else default, descriptor).value
             if default is None and value == "":
                 value = None
+        choices = f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise InputError(f"parameter {f.name} must be one of {', '.join(map(str, choices))}; got {value!r}")
         values[f.name] = value
     return config_cls(**values)
 

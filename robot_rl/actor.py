@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl.contract import OPERATOR_EVENTS
+from robot_rl.contract import OPERATOR_EVENTS, Transition
 from robot_rl.envs import check_observation
 from robot_rl.reward.wrapper import OperatorOutcome
 from robot_rl.errors import InputError, TrainingError
@@ -305,8 +305,8 @@ class ActorLoop:
             truncated = True
         next_obs = self.observe(next_raw)
         if self.learner is not None:
-            self.learner.send("transition", transition_arrays(obs, action, reward, next_obs, terminated, truncated,
-                                                              by_human))
+            self.learner.send("transition", transition_arrays(Transition(obs, action, reward, next_obs, terminated,
+                                                                         truncated, by_human)))
         if self.recorder is not None:
             self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
                                is_intervention=by_human)

@@ -34,12 +34,19 @@ def setting(default, help: str, **extra):
     """A config field: its default and its help (the CLI's --help and the ROS parameter's
     description). ``extra`` says more for the generated options and checks: ``choices``,
     ``metavar``, ``flags`` (more option strings, e.g. ``("--steps",)``), ``parse`` (text ->
-    {field: value}, for an option that sets more than its field). A dataclass default (the
+    {field: value}, for an option that sets more than its field), ``kept_on_resume`` (a resumed
+    run keeps the field: ``kept_on_resume``). A dataclass default (the
     ``agent``'s settings) is a fresh copy for each config."""
     metadata = {"help": help, **extra}
     if dataclasses.is_dataclass(default):
         return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def kept_on_resume(cls) -> tuple[str, ...]:
+    """The fields of config ``cls`` that a resumed run keeps (``setting(..., kept_on_resume=True)``):
+    they shape the networks, the replay or the data it was trained on."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("kept_on_resume"))
 
 
 def field_default(f: dataclasses.Field):
@@ -56,11 +63,11 @@ def demos_or_store(text: str) -> dict:
 class CellConfig:
     """What the policy observes (the trainer, the actor node and the learner node alike)."""
 
-    task: str = setting("PickCube", "the task (robot-rl sim tasks lists them)")
+    task: str = setting("PickCube", "the task (robot-rl sim tasks lists them)", kept_on_resume=True)
     obs: str = setting("state", "state: robot state + the sim's object poses (sim only); pixels: cameras + robot state",
-                       choices=("state", "pixels"))
-    cameras: tuple[str, ...] = setting(("front", "wrist"), "the cameras (the policy's with obs pixels)", metavar="NAME")
-    image_size: tuple[int, int] = setting((64, 64), "camera frames: height width (one number: square)", metavar="N")
+                       choices=("state", "pixels"), kept_on_resume=True)
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "the cameras (the policy's with obs pixels)", metavar="NAME", kept_on_resume=True)
+    image_size: tuple[int, int] = setting((64, 64), "camera frames: height width (one number: square)", metavar="N", kept_on_resume=True)
     seed: int = setting(0, "random seed")
 
 
@@ -71,20 +78,20 @@ class PolicyConfig:
     demo_store: str | None = setting(None, "an episode store (robot-rl record / teleop) of demonstrations, or a "
                                            "LeRobotDataset v3.0 folder; with demos the policy acts residually on a "
                                            "behaviour-cloned base",
-                                     metavar="STORE")
+                                     metavar="STORE", kept_on_resume=True)
     demo_map: str | None = setting(None, "with a LeRobotDataset folder as the demos: the YAML map of its features "
                                          "(robot-rl data import; not needed for one robot-rl data export wrote)",
                                    metavar="FILE.yaml")
-    residual: bool = setting(True, "with demos: residual RL on a frozen behaviour-cloned base (see agents/sac.py)")
-    residual_scale: float = setting(0.5, "with demos and residual: bound of the learned correction to the base")
+    residual: bool = setting(True, "with demos: residual RL on a frozen behaviour-cloned base (see agents/sac.py)", kept_on_resume=True)
+    residual_scale: float = setting(0.5, "with demos and residual: bound of the learned correction to the base", kept_on_resume=True)
     residual_penalty: float = setting(0.1, "with demos and residual: holds the policy near the base unless Q "
-                                           "clearly says otherwise")
+                                           "clearly says otherwise", kept_on_resume=True)
     frozen_encoder: str | None = setting(None, "with obs pixels: an encoder folder (robot-rl encoder pretrain); its "
                                                "frozen backbone's features of each frame are computed once and "
                                                "cached in the replay, and only a small head trains (fast on a CPU)",
                                          metavar="DIR")
     agent: AgentSettings = setting(AgentSettings(), "SAC settings (AgentSettings in agents/settings.py), KEY=VALUE, "
-                                                    "repeatable; e.g. critic_actor_ratio=2", metavar="KEY=VALUE")
+                                                    "repeatable; e.g. critic_actor_ratio=2", metavar="KEY=VALUE", kept_on_resume=True)
 
     def __post_init__(self):
         if isinstance(self.agent, dict):  # as a YAML file, a run's config.json or Python code gives it
@@ -101,7 +108,7 @@ class LearningConfig:
 
     utd: float = setting(2.0, "gradient updates per online transition (update-to-data ratio)")
     batch_size: int = setting(256, "transitions per gradient update")
-    demo_fraction: float = setting(0.5, "share of each batch drawn from the demo buffer")
+    demo_fraction: float = setting(0.5, "share of each batch drawn from the demo buffer", kept_on_resume=True)
     n_step: int = setting(1, "n-step returns")
     pretrain_steps: int = setting(1000, "behaviour-cloning steps on the demos before RL")
     critic_warmup_steps: int = setting(1000, "critic-only updates on the demos before RL")
@@ -116,11 +123,22 @@ class LearningConfig:
     takeover_penalty: float = setting(0.0, "> 0: the policy's transition before a human takes over ends the policy's "
                                            "stretch (no bootstrap past it) with this penalty on its reward (RLIF), so "
                                            "the human's success after is not credited to what the policy did")
-    replay_capacity: int = setting(200_000, "online replay buffer size (transitions)")
-    demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)")
+    replay_capacity: int = setting(200_000, "online replay buffer size (transitions)", kept_on_resume=True)
+    demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)", kept_on_resume=True)
     weights_every: int = setting(50, "updates between weight broadcasts to the actors")
     device: str = setting("auto", "the learner's torch device: auto (CUDA when present, else MPS, else the CPU), "
                                   "cpu, cuda, cuda:N or mps")
+
+    def random_action_steps(self, has_demos: bool) -> int:
+        """Online steps taken with uniform random actions first: ``random_steps`` without demos."""
+        return 0 if has_demos else self.random_steps
+
+    def first_update_at(self, has_demos: bool) -> int:
+        """Online transitions before the first update: the one learning-start rule, which the
+        learner and the sim trainer's pacing share (one seed gives one run only while they
+        agree). ``learning_starts`` when set, else after the random actions (the state
+        normaliser is fitted on them)."""
+        return self.learning_starts or self.random_action_steps(has_demos)
 
 
 @dataclass
@@ -137,13 +155,13 @@ class EnvConfig:
     """A Gymnasium env of your own instead of the sim twin (robot_rl/foreign/, README "Your own env")."""
 
     env: str | None = setting(None, "a Gymnasium env id to use instead of the sim twin (package:Id imports the "
-                                    "package first; namespace/Id imports the namespace's package)", metavar="ID")
+                                    "package first; namespace/Id imports the namespace's package)", metavar="ID", kept_on_resume=True)
     env_kwargs: tuple[str, ...] = setting((), "gym.make keywords, KEY=VALUE (values read as YAML: true, 0.5)",
-                                          metavar="KEY=VALUE")
+                                          metavar="KEY=VALUE", kept_on_resume=True)
     env_map: str | None = setting(None, "a YAML map of the env's observation keys (state, cameras), its action "
                                         "dimensions (motion, scale, the gripper) and its success (default: every "
                                         "Box key is state, every H x W x 3 uint8 key a camera, every dimension "
-                                        "motion)", metavar="FILE.yaml")
+                                        "motion)", metavar="FILE.yaml", kept_on_resume=True)
     env_python: str | None = setting(None, "run the env in a worker process of this Python interpreter (one with "
                                            "gymnasium, numpy and the env's package: e.g. .venv-gym-hil/bin/python "
                                            "from scripts/setup_gym_hil.sh)", metavar="PYTHON")
@@ -172,10 +190,10 @@ def task_name(cfg) -> str:
 class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
-    backend: str = setting("mujoco", "the simulator")
+    backend: str = setting("mujoco", "the simulator", kept_on_resume=True)
     demos: int = setting(10, "scripted demonstrations to record first (ignored with demo_store); --demos also takes "
-                             "an episode store", metavar="N|STORE", parse=demos_or_store)
-    demo_noise: float = setting(0.1, "action noise of the scripted demonstrations")
+                             "an episode store", metavar="N|STORE", parse=demos_or_store, kept_on_resume=True)
+    demo_noise: float = setting(0.1, "action noise of the scripted demonstrations", kept_on_resume=True)
     human_eagerness: float = setting(0.0, "> 0: a simulated human (scripted expert) watches and takes over when the "
                                           "policy stalls or heads for failure; eagerness in (0, 1]: how soon",
                                      flags=("--simulated-human",), metavar="EAGERNESS")

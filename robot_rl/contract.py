@@ -14,12 +14,16 @@ Observation dict:
     "state":      float32[STATE_DIM], laid out as ``STATE_LAYOUT``
     "images":     {camera: uint8[H, W, 3]} for each camera (only when images are enabled)
     "privileged": {name: float32[...]} object poses, sim only
+
+Transition: one control step of experience (``Transition``), as the actor sends it, the wire
+carries it, a store replays it and the replay buffers keep it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -177,3 +181,19 @@ def observation_space(
 # success / failure end it with that outcome, reset ends it now, rerecord ends it and drops it from
 # the recording, pause / resume stop and restart acting. The actor loop (actor.py) acts on them.
 OPERATOR_EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
+
+
+class Transition(NamedTuple):
+    """One control step: the observation the action was chosen on, the action executed (the
+    human's when one drove), the reward it earned, the next observation, whether the episode
+    ended there (``terminated``: a true end, no bootstrap; ``truncated``: cut off, bootstrapped)
+    and whether the human drove. Observations are whatever dict the consumer stores (contract
+    dicts from a store, the learner's flat dicts on the wire, encoded features in a replay)."""
+
+    obs: dict
+    action: np.ndarray
+    reward: float
+    next_obs: dict
+    terminated: bool
+    truncated: bool
+    is_intervention: bool = False

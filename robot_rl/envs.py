@@ -12,7 +12,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.contract import STATE_SLICES
+from robot_rl.contract import STATE_SLICES, Transition
 from robot_rl.errors import InputError, TrainingError
 
 OBS_MODES = ("state", "pixels")
@@ -85,6 +85,10 @@ class FlatObservation(gym.ObservationWrapper):
         for cam in self.cameras:
             out[cam] = obs["images"][cam]
         return out
+
+    def transition(self, transition: Transition) -> Transition:
+        """A transition of contract observations (a store's) with both made flat."""
+        return transition._replace(obs=self.observation(transition.obs), next_obs=self.observation(transition.next_obs))
 
 
 def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from robot_rl.contract import Transition
 from robot_rl.envs import FlatObservation, check_observation
 from robot_rl.runtime.progress import ProgressLines
 
@@ -15,7 +16,7 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
                   expert=None) -> dict:
     """Run the scripted expert (the stand-in for a human demonstrator) on ``env`` (contract
     observations: the expert reads the sim's object poses) and hand every transition, observed
-    through ``observe``, to ``add(obs, action, reward, next_obs, terminated, truncated)``.
+    through ``observe``, to ``add(transition)`` (a ``Transition``).
     Failed attempts are discarded when ``successful_only`` (a human keeps the good takes).
     Returns the counts, and each kept episode's steps and success (``episode_steps``, ``episode_success``).
     ``expert``: another demonstrator (raw observation -> action, with ``reset``: a Gymnasium
@@ -36,14 +37,14 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
             action = expert(raw)
             next_raw, reward, terminated, truncated, info = env.step(action)
             check_observation(next_raw, f"the env after step {len(episode) + 1} of demonstration try {tries}")
-            episode.append((observe(raw), action, reward, observe(next_raw), terminated, truncated))
+            episode.append(Transition(observe(raw), action, reward, observe(next_raw), terminated, truncated))
             raw = next_raw
             if terminated or truncated:
                 break
         if successful_only and not info["success"]:
             continue
         for transition in episode:
-            add(*transition)
+            add(transition)
         kept += 1
         episode_steps.append(len(episode))
         episode_success.append(bool(info["success"]))

@@ -14,6 +14,7 @@ from robot_rl.config import (ActorNodeConfig, CellConfig, ConfigError, LearnerNo
                              TrainConfig, field_default)
 from robot_rl.agents.settings import AgentSettings
 from robot_rl.config_cli import option
+from robot_rl.errors import InputError
 
 CONFIGS = (TrainConfig, ActorNodeConfig, LearnerNodeConfig)
 # same name, different job: each config declares its own (total steps vs "0: until shut down", a
@@ -275,6 +276,14 @@ def test_every_node_config_field_is_a_ros_parameter_with_its_default_and_help(co
     nodes.append(bad)
     with pytest.raises(ConfigError, match="parameter agent: unknown key 'num_critic'"):
         declare_config(bad, config_cls)
+
+    # a field's choices are checked where the parameters are read, for every node alike
+    field, wrong = ("keep", "failures") if config_cls is ActorNodeConfig else ("obs", "rgb")
+    outside = Node(f"outside_{config_cls.__name__.lower()}", context=context,
+                   parameter_overrides=[Parameter(field, value=wrong)])
+    nodes.append(outside)
+    with pytest.raises(InputError, match=f"parameter {field} must be one of .*; got '{wrong}'"):
+        declare_config(outside, config_cls)
 
 
 @pytest.mark.ros

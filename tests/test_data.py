@@ -129,19 +129,20 @@ def test_recorded_store_gives_the_learner_exactly_the_in_memory_demos(tmp_path):
     record_rollouts(tmp_path / "d.zarr", "PegInsert", 3, noise=0.1, seed=10_000, keep="successes")
     env = make_env("PegInsert")
     from_store, in_memory = [], []
-    loaded = load_demos(tmp_path / "d.zarr", env, "PegInsert", lambda *t: from_store.append(t))
-    collected = collect_demos(env.env, env.observation, "PegInsert", 3, lambda *t: in_memory.append(t), seed=10_000,
+    loaded = load_demos(tmp_path / "d.zarr", env, "PegInsert", from_store.append)
+    collected = collect_demos(env.env, env.observation, "PegInsert", 3, in_memory.append, seed=10_000,
                               noise=0.1)
     assert len(from_store) == len(in_memory) > 0
     # each episode's steps and success, for the cycle time: the same from either
     assert loaded["episode_steps"] == collected["episode_steps"] and sum(loaded["episode_steps"]) == len(from_store)
     assert loaded["episode_success"] == collected["episode_success"] == [True] * 3
     for a, b in zip(from_store, in_memory):
-        for key in a[0]:
-            np.testing.assert_array_equal(a[0][key], b[0][key])
-            np.testing.assert_array_equal(a[3][key], b[3][key])
-        np.testing.assert_array_equal(a[1], np.asarray(b[1], np.float32))
-        assert (a[2], a[4], a[5]) == (b[2], b[4], b[5])
+        for key in a.obs:
+            np.testing.assert_array_equal(a.obs[key], b.obs[key])
+            np.testing.assert_array_equal(a.next_obs[key], b.next_obs[key])
+        np.testing.assert_array_equal(a.action, np.asarray(b.action, np.float32))
+        assert (a.reward, a.terminated, a.truncated, a.is_intervention) == (b.reward, b.terminated, b.truncated,
+                                                                            b.is_intervention)
 
 
 def test_demos_from_a_store_state_each_episode_s_steps_and_success(tmp_path):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from robot_rl.contract import Transition
 from robot_rl.runtime.device import DeviceError, resolve_device
 
 
@@ -151,7 +152,7 @@ def test_out_of_gpu_memory_in_the_learner_names_the_sizes_and_the_flags(tmp_path
                             inprocess_pair(latest_only=LATEST_ONLY)[1], tmp_path)
     obs = env.observation_space.sample()
     for _ in range(10):
-        learner.replay.add_demo(obs, env.action_space.sample(), 0.0, obs, False, False)
+        learner.replay.add_demo(Transition(obs, env.action_space.sample(), 0.0, obs, False, False))
     with pytest.raises(OutOfDeviceMemory) as err:
         learner.begin()  # the critic warm-up's first update
     message = str(err.value)

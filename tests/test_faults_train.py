@@ -23,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from robot_rl.contract import Transition
 from robot_rl.commands.cli import main
 from robot_rl.replay import MixedReplay, ReplayBuffer
 from robot_rl.runtime.checkpoint import (CheckpointError, latest_checkpoint, load_agent, load_replay, read_state,
@@ -350,7 +351,7 @@ def test_a_takeover_that_ends_mid_episode_is_closed_in_the_demo_buffer():
     human = {0, 1, 2, 6, 7}
     for t in range(10):
         obs, next_obs = ({"state": np.array([0, t + i], np.float32)} for i in (0, 1))
-        replay.add(obs, np.zeros(1), 0.0, next_obs, False, t == 9, t in human)
+        replay.add(Transition(obs, np.zeros(1), 0.0, next_obs, False, t == 9, t in human))
     assert len(replay.demo) == 5 and not replay.demo.episode_open  # the second takeover was handed back too
     batch = replay.demo.sample(200)
     t, next_t = batch["obs"]["state"][:, 1], batch["next_obs"]["state"][:, 1]

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from robot_rl.contract import Transition
 from robot_rl.agents.frozen import (ENCODER_FILE, FrozenEncoder, FrozenEncoderError, check_encoder_fits,
                                     read_encoder_meta, weights_sha)
 from robot_rl.agents.sac import SACAgent, SACConfig
@@ -252,8 +253,8 @@ def test_cloning_trains_the_base_encoder_and_rl_updates_leave_it(encoders, froze
     rng = np.random.default_rng(0)
     for t in range(20):
         action = rng.uniform(-1, 1, 7).astype(np.float32)
-        replay.add_demo(observation(t), action, float(t % 2), observation(t + 1), False, t == 19)
-        replay.add(observation(100 + t), action, 0.0, observation(101 + t), False, t == 19)
+        replay.add_demo(Transition(observation(t), action, float(t % 2), observation(t + 1), False, t == 19))
+        replay.add(Transition(observation(100 + t), action, 0.0, observation(101 + t), False, t == 19))
     agent.fit_normalizer(np.stack([observation(t)["state"] for t in range(20)]))
 
     def snapshot(module):
@@ -284,7 +285,7 @@ def test_a_replay_of_one_encoders_features_loads_for_no_other(tmp_path, encoders
     online = ReplayBuffer(16, spec, 7, seed=0, features=sha_a)
     replay = MixedReplay(online, ReplayBuffer(16, spec, 7, seed=1, features=sha_a), encode=agent.cache_features)
     first = observation(0)
-    replay.add(first, np.zeros(7, np.float32), 0.0, observation(1), False, False)
+    replay.add(Transition(first, np.zeros(7, np.float32), 0.0, observation(1), False, False))
     # what entered is the encoder's features of the frame
     sampled = online.sample(1)
     assert np.array_equal(sampled["obs"]["front"][0], agent.cache_features(first)["front"])
@@ -297,7 +298,7 @@ def test_a_replay_of_one_encoders_features_loads_for_no_other(tmp_path, encoders
         message = str(err.value)
         assert str(path) in message and f"holds features of frozen encoder {sha_a[:12]}" in message and says in message
     images = ReplayBuffer(16, image_spec(), 7, seed=0)
-    images.add(first, np.zeros(7, np.float32), 0.0, observation(1), False, False)
+    images.add(Transition(first, np.zeros(7, np.float32), 0.0, observation(1), False, False))
     images.save(tmp_path / "images.npz")
     with pytest.raises(FeatureMismatch, match="holds camera images, but this agent reads features of frozen encoder"):
         ReplayBuffer.load(tmp_path / "images.npz", sha_a)

@@ -128,10 +128,10 @@ def test_train_demos_reads_a_lerobot_folder_as_the_store_it_came_from(tmp_path):
     env = spec_env("PickCube", "pixels", image_size=(32, 32))  # what a pixel run's demo buffer holds
     seen: dict[str, list] = {"store": [], "lerobot": []}
     for name, path in (("store", store), ("lerobot", tmp_path / "ds")):
-        info = load_demos(path, env, "PickCube", lambda *t, name=name: seen[name].append(t))
+        info = load_demos(path, env, "PickCube", seen[name].append)
         assert info["episodes"] == 2
     assert len(seen["store"]) == len(seen["lerobot"]) > 0
-    for a, b in zip(seen["store"], seen["lerobot"]):  # (obs, action, reward, next_obs, terminated, truncated)
+    for a, b in zip(seen["store"], seen["lerobot"]):  # two Transitions
         for x, y in zip(a, b):
             if isinstance(x, dict):
                 assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from robot_rl.contract import Transition
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer
 
 IMG = (8, 8, 3)
@@ -20,8 +21,8 @@ def add_episode(buf, ep, length, rewards=None, terminated=True, truncated=False,
     rewards = [1.0] * length if rewards is None else rewards
     for t in range(length):
         end = close and t == length - 1
-        buf.add(make_obs(ep, t), np.full(A, t, np.float32), rewards[t], make_obs(ep, t + 1),
-                terminated and end, truncated and end, **kw)
+        buf.add(Transition(make_obs(ep, t), np.full(A, t, np.float32), rewards[t], make_obs(ep, t + 1),
+                terminated and end, truncated and end, **kw))
 
 
 def ep_t(obs):
@@ -105,7 +106,7 @@ def test_interventions_go_to_both_buffers_and_add_demo_only_to_demo():
     add_episode(m, 1, 3, is_intervention=True)  # human takes over
     assert (len(m.online), len(m.demo)) == (7, 3)
     for ep, t in ((2, 0), (2, 1), (3, 0)):
-        m.add_demo(make_obs(ep, t), np.zeros(A), 0.0, make_obs(ep, t + 1), ep == 3 or t == 1, False)
+        m.add_demo(Transition(make_obs(ep, t), np.zeros(A), 0.0, make_obs(ep, t + 1), ep == 3 or t == 1, False))
     assert (len(m.online), len(m.demo)) == (7, 6)
     demo = m.demo.sample(50)
     ep, _ = ep_t(demo["obs"])
@@ -121,9 +122,9 @@ def test_a_takeover_penalty_ends_the_policy_stretch_before_each_takeover():
     m = MixedReplay(ReplayBuffer(64, SPEC, A, seed=1), ReplayBuffer(64, SPEC, A, seed=2), 0.5, takeover_penalty=2.0)
     human = [False, False, True, True, False, True]
     for t, h in enumerate(human):
-        m.add(make_obs(0, t), np.full(A, t, np.float32), float(t == 5), make_obs(0, t + 1), t == 5, False, h)
+        m.add(Transition(make_obs(0, t), np.full(A, t, np.float32), float(t == 5), make_obs(0, t + 1), t == 5, False, h))
     for t in range(2):
-        m.add(make_obs(1, t), np.full(A, t, np.float32), 0.0, make_obs(1, t + 1), False, t == 1, True)
+        m.add(Transition(make_obs(1, t), np.full(A, t, np.float32), 0.0, make_obs(1, t + 1), False, t == 1, True))
     batch = m.online.sample(400, n_step=3, discount=0.5)
     ep, t = ep_t(batch["obs"])
     nep, nt = ep_t(batch["next_obs"])
@@ -144,7 +145,7 @@ def test_a_takeover_penalty_ends_the_policy_stretch_before_each_takeover():
 def test_without_a_takeover_penalty_the_policy_steps_keep_their_rewards():
     m = MixedReplay(ReplayBuffer(64, SPEC, A, seed=1), ReplayBuffer(64, SPEC, A, seed=2), 0.5)
     for t, h in enumerate([False, True]):
-        m.add(make_obs(0, t), np.zeros(A), 0.0, make_obs(0, t + 1), t == 1, False, h)
+        m.add(Transition(make_obs(0, t), np.zeros(A), 0.0, make_obs(0, t + 1), t == 1, False, h))
     one = m.online.sample(50, n_step=1, discount=0.5)
     np.testing.assert_allclose(one["reward"], 0.0)
     np.testing.assert_allclose(one["bootstrap"], np.where(ep_t(one["obs"])[1] == 0, 0.5, 0.0))
@@ -174,7 +175,7 @@ def test_next_observation_is_not_stored_twice():
                  "wrist": np.full((64, 64, 3), 100 + t, np.uint8)}
             n = {"state": np.array([ep, t + 1], np.float32), "front": np.full((64, 64, 3), t + 1, np.uint8),
                  "wrist": np.full((64, 64, 3), 101 + t, np.uint8)}
-            buf.add(o, np.zeros(A), 0.0, n, t == 19, False)
+            buf.add(Transition(o, np.zeros(A), 0.0, n, t == 19, False))
     assert len(buf) == 100  # 5 episodes x 20 steps fit exactly in 5 x 21 slots
     assert raw <= buf.bytes_per_transition() <= 1.1 * raw
     batch = buf.sample(256)
@@ -273,7 +274,7 @@ def test_save_load_round_trip_gives_identical_samples(tmp_path):
             np.testing.assert_array_equal(a["next_obs"][key], b["next_obs"][key])
     # the open episode continues seamlessly after loading
     for b_ in (buf, loaded):
-        b_.add(make_obs(6, 2), np.zeros(A), 1.0, make_obs(6, 3), True, False)
+        b_.add(Transition(make_obs(6, 2), np.zeros(A), 1.0, make_obs(6, 3), True, False))
     assert len(loaded) == len(buf)
 
 
@@ -319,10 +320,10 @@ def test_add_rejects_bad_input_with_clear_message(mutate, pattern):
     obs, nxt, action = make_obs(0, 0), make_obs(0, 1), np.zeros(A, np.float32)
     mutate(obs, nxt, action)
     with pytest.raises(ValueError, match=pattern):
-        buf.add(obs, action, 0.0, nxt, False, False)
+        buf.add(Transition(obs, action, 0.0, nxt, False, False))
     assert len(buf) == 0
 
 
 def test_wrong_action_shape_is_refused():
     with pytest.raises(ValueError, match=r"action has shape \(2,\), expected \(3,\)"):
-        ReplayBuffer(10, SPEC, A).add(make_obs(0, 0), np.zeros(2), 0.0, make_obs(0, 1), False, False)
+        ReplayBuffer(10, SPEC, A).add(Transition(make_obs(0, 0), np.zeros(2), 0.0, make_obs(0, 1), False, False))

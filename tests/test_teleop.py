@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 
+from robot_rl.contract import Transition
 from robot_rl.contract import ControlLimits
 from robot_rl.teleop.devices import (DeviceUnavailable, Gamepad, GamepadLayout, KeyboardDevice, Mapping, SpaceMouse,
                                      TeleopInput, dead_zone, decode_spacemouse_report, to_action)
@@ -373,15 +374,15 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(20):
-        actor_end.send("demo", transition_arrays(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs, False, False))
+        actor_end.send("demo", transition_arrays(Transition(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs, False, False)))
     actor_end.send("begin")
     learner.pump()
     base = {k: v.clone() for k, v in learner.agent.base.state_dict().items()}
 
     def send(n: int, human: bool) -> None:
         for _ in range(n):
-            actor_end.send("transition", transition_arrays(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs,
-                                                           False, False, human))
+            actor_end.send("transition", transition_arrays(Transition(obs, rng.uniform(-1, 1, 7).astype(np.float32), 0.0, obs,
+                                                           False, False, human)))
         learner.pump()
 
     send(10, human=False)

@@ -37,6 +37,7 @@ from torch import nn
 from robot_rl.agents.frozen import DRQ_BACKBONE, FrozenEncoder
 from robot_rl.agents.networks import mlp
 from robot_rl.agents.sac import GRASP_VALUES, SACAgent, SACConfig, make_adam
+from robot_rl.contract import Transition
 from robot_rl.envs import obs_spec, spec_env
 from robot_rl.replay.buffer import BatchStaging, MixedReplay, ReplayBuffer
 from robot_rl.runtime.device import resolve_device
@@ -80,7 +81,7 @@ def fill(buffer: ReplayBuffer, episodes: int, rng: np.random.Generator, add=None
             action = rng.uniform(-1, 1, ACTION_DIM).astype(np.float32)
             action[-1] = GRASP_VALUES[rng.integers(3)]
             last = t == EPISODE_LEN - 1
-            add(obs, action, float(success and last), nxt, success and last, last and not success)
+            add(Transition(obs, action, float(success and last), nxt, success and last, last and not success))
             obs = nxt
 
 
@@ -91,8 +92,8 @@ def make_replay(spec: dict, settings: dict, seed: int) -> MixedReplay:
     online = ReplayBuffer(slots(settings["online_episodes"]), spec, ACTION_DIM, seed=seed)
     demo = ReplayBuffer(slots(settings["demo_episodes"]), spec, ACTION_DIM, seed=seed + 1)
     replay = MixedReplay(online, demo, 0.5)
-    fill(demo, settings["demo_episodes"], rng, add=lambda *a: replay.add_demo(*a))
-    fill(online, settings["online_episodes"], rng, add=lambda *a: replay.add(*a))
+    fill(demo, settings["demo_episodes"], rng, add=replay.add_demo)
+    fill(online, settings["online_episodes"], rng, add=replay.add)
     return replay
 
 

@@ -138,6 +138,7 @@ def learner_link(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
 
     from robot_rl.drivers.node import spin_in_background
     from robot_rl.drivers.ros_transport import actor_endpoint
+    from robot_rl.contract import Transition
     from robot_rl.runtime.wire import transition_arrays
 
     size = THROUGHPUT_IMAGE
@@ -155,7 +156,7 @@ def learner_link(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
         obs = {"state": state}
         if kind == "pixels":
             obs.update({c: rng.integers(0, 255, (size, size, 3), dtype=np.uint8) for c in ("front", "wrist")})
-        arrays = transition_arrays(obs, np.zeros(7, np.float32), 0.0, obs, False, False)
+        arrays = transition_arrays(Transition(obs, np.zeros(7, np.float32), 0.0, obs, False, False))
         latencies = []
         deadline = time.monotonic() + 120
         while len(latencies) < p["weight_pushes"] and time.monotonic() < deadline:

@@ -23,7 +23,8 @@ import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.agent_setup import agent_config_for, check_train_config
-from robot_rl.config import TrainConfig, demo_source, task_name
+from robot_rl.config import TrainConfig, demo_source, kept_on_resume, task_name
+from robot_rl.contract import Transition
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
 from robot_rl.errors import InputError, TrainingError
@@ -49,11 +50,19 @@ class LearnerFailed(TrainingError):
     """The learner reported an error or did not answer: nothing more is asked of it."""
 
 
-# fields a resumed run keeps: they shape the networks, the replay or the data it was trained on
-# (not frozen_encoder, a folder that may move: the learner checks that it holds the run's encoder by its sha)
-FIXED_ON_RESUME = ("task", "env", "env_kwargs", "env_map", "backend", "obs", "image_size", "cameras", "demos", "demo_store", "demo_noise", "agent",
-                   "residual", "residual_scale", "residual_penalty", "replay_capacity", "demo_capacity",
-                   "demo_fraction")
+# fields a resumed run keeps (marked in config.py): they shape the networks, the replay or the data it
+# was trained on (not frozen_encoder, a folder that may move: the learner checks that it holds the run's
+# encoder by its sha)
+FIXED_ON_RESUME = kept_on_resume(TrainConfig)
+
+
+def refuse_changes_kept_on_resume(old: dict, new: dict, ckpt: Path) -> None:
+    """Raise CheckpointError (one line) when config ``new`` changes a field the run keeps from
+    ``old`` (both as JSON values: the checkpoint's record and the config asked for)."""
+    for key in FIXED_ON_RESUME:
+        if key in old and json.dumps(old[key]) != json.dumps(new[key]):
+            raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={old[key]!r}; a resumed run keeps it "
+                                  f"(asked for {new[key]!r}): start a new run to change it")
 
 
 def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfig, dict]:
@@ -67,12 +76,8 @@ def resumed_config(saved: dict, overrides: dict, ckpt: Path) -> tuple[TrainConfi
         overrides = {**overrides, "agent": dataclasses.replace(base.agent, **overrides["agent"])}
     cfg = dataclasses.replace(base, **overrides)
     new = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    changed = {k: [old[k], new[k]] for k in overrides if old[k] != new[k]}
-    for key in FIXED_ON_RESUME:
-        if key in changed:
-            raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={old[key]!r}; a resumed run keeps it "
-                                  f"(asked for {new[key]!r}): start a new run to change it")
-    return cfg, changed
+    refuse_changes_kept_on_resume(old, new, ckpt)
+    return cfg, {k: [old[k], new[k]] for k in overrides if old[k] != new[k]}
 
 
 def acting_config(agent_cfg: SACConfig) -> SACConfig:
@@ -97,7 +102,7 @@ def wait_for_learner(learner: LearnerClient, cfg: TrainConfig, online_sent: int)
     the run, is the same for one seed on any machine at any load."""
     if not cfg.sync:
         return
-    starts = cfg.learning_starts or (0 if cfg.has_demos else cfg.random_steps)  # as the learner
+    starts = cfg.first_update_at(cfg.has_demos)
     learner.due_updates = int(cfg.utd * max(0, online_sent - cfg.max_lead)) if online_sent >= starts else 0
     if online_sent < max(starts, 1):
         return
@@ -191,9 +196,8 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
             cfg, changed = resumed_config(saved_cfg, overrides or {}, ckpt)
             for key, (old, new) in changed.items():
                 log(f"resume: {key} = {new!r} as given (the run's own: {old!r})")
-        for key in ("task", "env", "obs", "backend", "image_size", "cameras"):
-            if key in saved_cfg and json.dumps(saved_cfg[key]) != json.dumps(dataclasses.asdict(cfg)[key]):
-                raise CheckpointError(f"checkpoint {ckpt} was trained with {key}={saved_cfg[key]!r}, not {getattr(cfg, key)!r}")
+        else:
+            refuse_changes_kept_on_resume(saved_cfg, json.loads(json.dumps(dataclasses.asdict(cfg))), ckpt)
         actor_state.update({k: saved[k] for k in actor_state if k in saved})
         if cfg.env_steps < actor_state["env_steps"]:
             raise InputError(f"--steps {cfg.env_steps}: checkpoint {ckpt} is at env step {actor_state['env_steps']} "
@@ -299,7 +303,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
         if not resume_from:
             evaluation(step, cfg.eval_episodes)
-        random_until = 0 if cfg.has_demos else cfg.random_steps
+        random_until = cfg.random_action_steps(cfg.has_demos)
 
         def act(raw: dict, obs: dict) -> np.ndarray:
             return env.action_space.sample() if actor_state["env_steps"] < random_until else policy.act(obs)
@@ -398,8 +402,8 @@ def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
 def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerClient, actor_state: dict,
                log) -> None:
     """The demonstrations to the learner's demo buffer: from a store, or recorded now by the scripted expert."""
-    def send_demo(*transition) -> None:
-        learner.send("demo", transition_arrays(*transition))
+    def send_demo(transition: Transition) -> None:
+        learner.send("demo", transition_arrays(transition))
 
     if cfg.demo_store:
         from robot_rl.data.demos import load_demos

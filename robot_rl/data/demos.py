@@ -56,8 +56,8 @@ def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | 
     episode_steps, episode_success = [], []
     for i in range(len(store)):
         steps = 0
-        for obs, action, reward, next_obs, terminated, truncated, _ in transitions(store, i):
-            add(env.observation(obs), action, reward, env.observation(next_obs), terminated, truncated)
+        for transition in transitions(store, i):
+            add(env.transition(transition))
             steps += 1
         episode_steps.append(steps)
         episode_success.append(bool(labels[store.episode_range(i)[0] + steps]))  # its last observation's label

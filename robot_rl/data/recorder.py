@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.contract import Transition
 from robot_rl.data.store import EpisodeStore, StoreError
 
 PRIVILEGED_PREFIX = "privileged_"
@@ -105,15 +106,15 @@ class EpisodeRecorder:
         return frame
 
 
-def transitions(store: EpisodeStore, index: int) -> Iterator[tuple]:
-    """(obs, action, reward, next_obs, terminated, truncated, is_intervention) of one episode,
-    observations as contract dicts, up to the first terminal or truncated transition (frames
+def transitions(store: EpisodeStore, index: int) -> Iterator[Transition]:
+    """The transitions of one episode, observations as contract dicts, up to the first terminal or truncated transition (frames
     recorded after it, e.g. a held success pose for the classifier, are not part of the MDP)."""
     episode = store.get_episode(index)
     cameras = list(store.cameras)
     for t in np.flatnonzero(episode["has_action"]):
         terminated, truncated = bool(episode["terminated"][t]), bool(episode["truncated"][t])
-        yield (observation_at(episode, t, cameras), episode["action"][t], float(episode["reward"][t]),
-               observation_at(episode, t + 1, cameras), terminated, truncated, bool(episode["is_intervention"][t]))
+        yield Transition(observation_at(episode, t, cameras), episode["action"][t], float(episode["reward"][t]),
+                         observation_at(episode, t + 1, cameras), terminated, truncated,
+                         bool(episode["is_intervention"][t]))
         if terminated or truncated:
             return

@@ -26,6 +26,7 @@ import os
 import numpy as np
 import torch
 
+from robot_rl.contract import Transition
 from robot_rl.errors import InputError
 
 _FORMAT_VERSION = 1
@@ -110,9 +111,9 @@ class ReplayBuffer:
         self._valid[slot - 1] = False
         self._slots_written += 1
 
-    def add(self, obs: dict, action, reward: float, next_obs: dict, terminated: bool, truncated: bool,
-            is_intervention: bool = False) -> None:
-        """Store one transition; ``obs`` is only written when it starts a new episode."""
+    def add(self, transition: Transition) -> None:
+        """Store one transition; its ``obs`` is only written when it starts a new episode."""
+        obs, action, reward, next_obs, terminated, truncated, is_intervention = transition
         self._check_obs(obs, "obs")
         self._check_obs(next_obs, "next_obs")
         action = np.asarray(action, dtype=np.float32)
@@ -360,20 +361,22 @@ class MixedReplay:
             raise InputError(f"takeover_penalty must be a finite number >= 0, got {penalty}")
         self._takeover_penalty = float(penalty)
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> None:
+    def add(self, transition: Transition) -> None:
         """Add to the online buffer; human interventions are also kept as demonstrations. A
         takeover that ends mid-episode closes its stretch in the demo buffer (truncated there),
         so the human's next takeover starts a new one instead of joining on to it. With a
         takeover penalty, the policy's transition before a takeover ends the policy's stretch."""
-        if is_intervention and self.takeover_penalty > 0:
+        human = transition.is_intervention
+        if human and self.takeover_penalty > 0:
             self.online.end_policy_stretch(self.takeover_penalty)
         if self.encode is not None:
-            continuing = self.online.episode_open and (not is_intervention or self.demo.episode_open)
-            obs = self._last_next if continuing and self._last_next is not None else self.encode(obs)
-            next_obs = self._last_next = self.encode(next_obs)
-        self.online.add(obs, action, reward, next_obs, terminated, truncated, is_intervention)
-        if is_intervention:
-            self.demo.add(obs, action, reward, next_obs, terminated, truncated, True)
+            continuing = self.online.episode_open and (not human or self.demo.episode_open)
+            obs = self._last_next if continuing and self._last_next is not None else self.encode(transition.obs)
+            transition = transition._replace(obs=obs, next_obs=self.encode(transition.next_obs))
+            self._last_next = transition.next_obs
+        self.online.add(transition)
+        if human:
+            self.demo.add(transition)
         else:
             self.demo.close_episode()
 
@@ -382,10 +385,11 @@ class MixedReplay:
         self.online.close_episode()
         self.demo.close_episode()
 
-    def add_demo(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+    def add_demo(self, transition: Transition) -> None:
+        """Add a demonstration's transition to the demo buffer (not flagged as an intervention)."""
         if self.encode is not None:
-            obs, next_obs = self.encode(obs), self.encode(next_obs)
-        self.demo.add(obs, action, reward, next_obs, terminated, truncated, False)
+            transition = transition._replace(obs=self.encode(transition.obs), next_obs=self.encode(transition.next_obs))
+        self.demo.add(transition._replace(is_intervention=False))
 
     def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97,
                staging: BatchStaging | None = None) -> dict:

@@ -112,11 +112,11 @@ class Learner:
     def handle(self, msg: Message) -> None:
         if msg.kind == "transition":
             transition = split_transition(msg.arrays)
-            self.replay.add(*transition)
+            self.replay.add(transition)
             self.online_received += 1
-            self.human_steps_received += bool(transition[-1])
+            self.human_steps_received += transition.is_intervention
         elif msg.kind == "demo":
-            self.replay.add_demo(*split_transition(msg.arrays)[:6])
+            self.replay.add_demo(split_transition(msg.arrays))
         elif msg.kind == "begin":
             self.begin()
         elif msg.kind == "checkpoint":
@@ -205,12 +205,10 @@ class Learner:
                 break
 
     def updates_owed(self) -> int:
-        c = self.config
-        # without demos, learning waits for the random-action phase (the normaliser is fitted on it)
-        starts = c.learning_starts or (c.random_steps if not len(self.replay.demo) else 0)
+        starts = self.config.first_update_at(has_demos=len(self.replay.demo) > 0)
         if not self.started or self.online_received < starts:
             return 0
-        return int(c.utd * self.online_received) - self.online_updates
+        return int(self.config.utd * self.online_received) - self.online_updates
 
     def update_once(self) -> None:
         with self.out_of_memory():

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import safetensors.numpy as _st_numpy
 
+from robot_rl.contract import Transition
 from robot_rl.errors import InputError
 
 __all__ = ["Message", "decode", "encode", "pack", "unpack", "read_kind", "split_transition", "transition_arrays"]
@@ -188,22 +189,21 @@ def read_kind(data: bytes) -> str:
 # The transition: what the actor sends the learner for each env step ("transition", and
 # "demo" for demonstrations), as one message's arrays
 # --------------------------------------------------------------------------------------
-def transition_arrays(obs, action, reward, next_obs, terminated, truncated, is_intervention=False) -> dict:
+def transition_arrays(t: Transition) -> dict:
     """A transition as a message's arrays: ``obs/KEY`` and ``next_obs/KEY`` per observation key,
     ``action`` (float32), ``reward`` (float32), ``terminated``, ``truncated`` and
     ``is_intervention`` (bool: the human drove)."""
-    arrays = {f"obs/{k}": v for k, v in obs.items()}
-    arrays.update({f"next_obs/{k}": v for k, v in next_obs.items()})
-    arrays.update(action=np.asarray(action, np.float32), reward=np.float32(reward),
-                  terminated=np.bool_(terminated), truncated=np.bool_(truncated),
-                  is_intervention=np.bool_(is_intervention))
+    arrays = {f"obs/{k}": v for k, v in t.obs.items()}
+    arrays.update({f"next_obs/{k}": v for k, v in t.next_obs.items()})
+    arrays.update(action=np.asarray(t.action, np.float32), reward=np.float32(t.reward),
+                  terminated=np.bool_(t.terminated), truncated=np.bool_(t.truncated),
+                  is_intervention=np.bool_(t.is_intervention))
     return arrays
 
 
-def split_transition(arrays: dict[str, np.ndarray]) -> tuple:
-    """``transition_arrays``' inverse: (obs, action, reward, next_obs, terminated, truncated,
-    is_intervention)."""
+def split_transition(arrays: dict[str, np.ndarray]) -> Transition:
+    """``transition_arrays``' inverse."""
     obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}
     next_obs = {k[9:]: v for k, v in arrays.items() if k.startswith("next_obs/")}
-    return (obs, arrays["action"], float(arrays["reward"]), next_obs, bool(arrays["terminated"]),
-            bool(arrays["truncated"]), bool(arrays.get("is_intervention", False)))
+    return Transition(obs, arrays["action"], float(arrays["reward"]), next_obs, bool(arrays["terminated"]),
+                      bool(arrays["truncated"]), bool(arrays.get("is_intervention", False)))
