@@ -386,6 +386,7 @@ def test_pixel_agent_updates_and_acts():
 
 def _pixel_replay(seed: int):
     """A small pixel MixedReplay (one 32x32 camera); the same seed gives the same contents."""
+    from robot_rl.contract import Transition
     from robot_rl.replay import MixedReplay, ReplayBuffer
 
     spec = {"state": ((5,), np.float32), "front": ((32, 32, 3), np.uint8)}
@@ -395,7 +396,7 @@ def _pixel_replay(seed: int):
                    "front": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)}
     for add in (replay.add_demo, replay.add):
         for t in range(20):
-            add(obs(), rng.uniform(-1, 1, 7).astype(np.float32), float(t % 2), obs(), False, t % 5 == 4)
+            add(Transition(obs(), rng.uniform(-1, 1, 7).astype(np.float32), float(t % 2), obs(), False, t % 5 == 4))
     return replay, spec
 
 
