@@ -34,7 +34,8 @@ def setting(default, help: str, **extra):
     """A config field: its default and its help (the CLI's --help and the ROS parameter's
     description). ``extra`` says more for the generated options and checks: ``choices``,
     ``metavar``, ``flags`` (more option strings, e.g. ``("--steps",)``), ``parse`` (text ->
-    {field: value}, for an option that sets more than its field), ``kept_on_resume`` (a resumed
+    {field: value}, for an option that sets more than its field), ``positional`` (the words after the
+    options, a tuple field), ``kept_on_resume`` (a resumed
     run keeps the field: ``kept_on_resume``). A dataclass default (the
     ``agent``'s settings) is a fresh copy for each config."""
     metadata = {"help": help, **extra}
@@ -152,7 +153,7 @@ class RewardConfig:
 
 @dataclass
 class EnvConfig:
-    """A Gymnasium env of your own instead of the sim twin (robot_rl/foreign/, README "Your own env")."""
+    """A Gymnasium env of your own instead of the sim twin (robot_rl/foreign/, docs/your-env.md)."""
 
     env: str | None = setting(None, "a Gymnasium env id to use instead of the sim twin (package:Id imports the "
                                     "package first; namespace/Id imports the namespace's package)", metavar="ID", kept_on_resume=True)
@@ -388,6 +389,65 @@ class EncoderPretrainConfig:
             raise InputError(f"--held-out is a share of the successful episodes in (0, 1), got {self.held_out}")
 
 
+STACKS = ("sim", "ros")  # how the main job trains: in one process tree on the twin, or through the ROS 2 stack
+
+
+@dataclass
+class MainJobConfig:
+    """``robot-rl main``: the main job on the sim twin, every stage of a lab's pipeline
+    (``robot_rl/commands/main_job.py``). Saved in the run folder's ``main_job.json``, so that
+    ``--resume`` goes on with the same choices."""
+
+    task: str = setting("PickCube", "the sim task (robot-rl sim tasks lists them)")
+    obs: str | None = setting(None, "pixels: front + wrist cameras and the arm's state, as a real cell; state: the "
+                                    "sim's object poses (sim only; default pixels, state with --stack ros)",
+                              choices=("state", "pixels"))
+    stack: str = setting("sim", "sim: the trainer on the twin; ros: through the ROS 2 stack (one round, no "
+                                "simulated human)", choices=STACKS)
+    human: float | None = setting(None, "the simulated human's eagerness in [0, 1] (0: none; default 0.5, 0 with "
+                                        "--stack ros)", metavar="EAGERNESS")
+    steps: int | None = setting(None, "env steps of training (default: the task's main_job_steps; round 1 trains "
+                                      "3/4 of them)")
+    demos: int = setting(20, "demonstrations recorded by the scripted expert")
+    takes: int = setting(20, "the classifier's successful takes, and as many failed ones")
+    classifier_steps: int = setting(2000, "the success classifier's training steps")
+    encoder_steps: int = setting(1000, "the frozen image encoder's pretraining steps (--obs pixels)")
+    rollout_episodes: int = setting(20, "episodes of the policy's own rollouts the classifier is checked on")
+    eval_episodes: int = setting(20, "episodes of each evaluation during training")
+    final_eval_episodes: int = setting(50, "episodes of the final grade by ground truth")
+    run_dir: str | None = setting(None, "the run folder (default runs/main-<task>-<time>)", metavar="DIR")
+    train_args: tuple[str, ...] = setting((), "options for robot-rl train (or, with --stack ros, stack arguments "
+                                              "NAME:=VALUE), after --", positional=True, metavar="TRAIN_ARG")
+
+    @property
+    def eagerness(self) -> float:
+        """The simulated human's eagerness: as given, else 0.5 on the twin and 0 through ROS."""
+        return self.human if self.human is not None else (0.0 if self.stack == "ros" else 0.5)
+
+    @property
+    def observation(self) -> str:
+        """What the policy observes: as given, else pixels on the twin and state through ROS."""
+        return self.obs or ("state" if self.stack == "ros" else "pixels")
+
+    def validate(self) -> None:
+        for name in ("demos", "takes", "classifier_steps", "encoder_steps", "rollout_episodes", "eval_episodes",
+                     "final_eval_episodes"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {getattr(self, name)}")
+        if self.steps is not None and self.steps < (1 if self.stack == "ros" else 2):
+            raise InputError(f"--steps {self.steps} is too few: round 1 trains 3/4 of them (--steps >= 2)"
+                             if self.stack == "sim" else f"--steps must be >= 1, got {self.steps}")
+        if not 0.0 <= self.eagerness <= 1.0:
+            raise InputError(f"--human {self.human} must be a number in [0, 1] (the simulated human's eagerness; "
+                             "0: none)")
+        if self.stack == "ros" and self.eagerness > 0:
+            raise InputError(f"--human {self.human}: the ROS 2 stack (--stack ros) trains without a simulated human; "
+                             "leave it unset or 0")
+        if self.stack == "ros" and self.observation != "state":
+            raise InputError("--obs pixels: the ROS 2 stack (--stack ros) trains the state policy (its actor reads the "
+                             "sim's object poses); leave --obs unset or give state")
+
+
 # ------------------------------------------------------------------ ROS nodes
 POLICIES = ("learner", "expert", "teleop", "motions")
 
@@ -538,7 +598,7 @@ def check_values(cls, data: dict, source: str) -> dict:
         except _Mismatch as expected:
             raise ConfigError(f"{source}: {key} must be {expected.args[0]}, got {value!r}") from None
         choices = fields[key].metadata.get("choices")
-        if choices is not None and value not in choices:
+        if choices is not None and value not in choices and not (value is None and field_default(fields[key]) is None):
             raise ConfigError(f"{source}: {key} must be one of {', '.join(choices)}; got {value!r}")
         checked[key] = value
     return checked

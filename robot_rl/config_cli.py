@@ -16,7 +16,7 @@ import typing
 
 from robot_rl.config import ConfigError, check_values, field_default, parse_key_values
 
-# shortcuts for SAC settings of ``agent``, kept from before the generator (README and
+# shortcuts for SAC settings of ``agent``, kept from before the generator (the docs and
 # scripts use them): option -> (SACConfig key, argparse keywords)
 AGENT_FLAGS = {
     "--num-critics": ("num_critics", dict(type=int, metavar="N", help="critics in the ensemble (REDQ: the target "
@@ -49,7 +49,7 @@ def _help(f: dataclasses.Field) -> str:
     """The field's help for argparse, with its default; '%' escaped (argparse formats help with %)."""
     default = field_default(f)
     text = f.metadata["help"]
-    if default is not None and not dataclasses.is_dataclass(default):
+    if default not in (None, ()) and not dataclasses.is_dataclass(default):
         if isinstance(default, tuple):
             default = " ".join(map(str, default))
         text = f"{text} (default {default})"
@@ -81,6 +81,9 @@ def add_config_options(parser: argparse.ArgumentParser, cls) -> None:
         group = parser.add_argument_group(owner.__name__, (owner.__doc__ or "").strip().splitlines()[0].replace("``", ""))
         for f in fields:
             extra = {k: f.metadata[k] for k in ("choices", "metavar") if k in f.metadata}
+            if f.metadata.get("positional"):  # the words after the options (after --)
+                group.add_argument(f.name, nargs="*", default=None, help=_help(f), **extra)
+                continue
             group.add_argument(option(f.name), *f.metadata.get("flags", ()), dest=f.name, default=None,
                                help=_help(f), **extra, **_kind_options(hints[f.name], f))
             if f.name == "agent":
@@ -95,7 +98,7 @@ def config_overrides(args: argparse.Namespace, cls, source: str = "command line"
     given: dict = {}
     for name, f in fields.items():
         value, kind = getattr(args, name, None), hints[name]
-        if value is None:
+        if value is None or (f.metadata.get("positional") and not value):  # an absent positional is []
             continue
         parse = f.metadata.get("parse")
         if parse is not None:  # an option that sets more than its field

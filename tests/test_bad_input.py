@@ -1,109 +1,20 @@
-"""Bad input is one line on stderr and exit status 2, before any work: the main job's variables
-(checked before its set-up), `robot-rl train` and `robot-rl session` options, a simulated human
-on a task without a scripted expert, a reward classifier that does not fit the run."""
+"""Bad input is one line on stderr and exit status 2, before any work: `robot-rl train` and
+`robot-rl session` options, a simulated human on a task without a scripted expert, a reward
+classifier that does not fit the run (the main job's: tests/test_main_job.py)."""
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from robot_rl.commands.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_main_sh(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess:
-    """scripts/main.sh (and the progress.sh it sources) copied into a folder of their own, so that
-    a value that got past the checks fails at once (no setup.sh there) instead of starting the job."""
-    scripts = tmp_path / "clone" / "scripts"
-    scripts.mkdir(parents=True)
-    for name in ("main.sh", "progress.sh"):
-        shutil.copy(ROOT / "scripts" / name, scripts / name)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": os.environ.get("TMPDIR", str(tmp_path)),
-           **variables}
-    return subprocess.run(["bash", str(scripts / "main.sh")], env=env, capture_output=True, text=True, timeout=60)
-
 
 def one_line(text: str) -> str:
     assert text.endswith("\n") and text.count("\n") == 1, f"not one line: {text!r}"
     return text
-
-
-@pytest.mark.parametrize("variables, says", [
-    ({"HUMAN": "x"}, "HUMAN=x must be a number in [0, 1]"),
-    ({"HUMAN": "2"}, "HUMAN=2 must be a number in [0, 1]"),
-    ({"HUMAN": "-0.5"}, "HUMAN=-0.5 must be a number in [0, 1]"),
-    ({"TASK": "Unknown"}, "TASK=Unknown is not a sim task; the sim tasks: PickCube PegInsert PegInsertHard PushCube"),
-    ({"OBS": "rgb"}, "OBS=rgb must be pixels or state"),
-    ({"STEPS": "0"}, "STEPS=0 must be a whole number >= 1"),
-    ({"STEPS": "-5"}, "STEPS=-5 must be a whole number >= 1"),
-    ({"STEPS": "1.5"}, "STEPS=1.5 must be a whole number >= 1"),
-    ({"STEPS": "1"}, "STEPS=1 is too few"),
-    ({"CLASSIFIER_STEPS": "many"}, "CLASSIFIER_STEPS=many must be a whole number >= 1"),
-    ({"STACK": "ros", "HUMAN": "0.5"}, "the ROS 2 stack (STACK=ros) trains without a simulated human"),
-    ({"STACK": "k8s"}, "STACK=k8s must be ros or unset"),
-])
-def test_the_main_job_refuses_a_bad_variable_in_one_line_before_its_set_up(tmp_path, variables, says):
-    done = run_main_sh(tmp_path, **variables)
-    assert done.returncode == 2, done
-    assert done.stdout == ""  # no "== stage 1 of n: set-up" line: nothing was started
-    assert one_line(done.stderr).startswith("main.sh: ") and says in done.stderr
-    assert not (tmp_path / "clone" / "runs").exists()
-
-
-@pytest.mark.parametrize("variables, stages", [
-    ({}, 8),
-    ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, 7),
-    ({"HUMAN": "1"}, 8),
-    ({"HUMAN": ".25", "OBS": "pixels"}, 8),
-    ({"STACK": "ros"}, 6),  # no simulated human there: HUMAN defaults to 0
-    ({"STACK": "ros", "HUMAN": "0.0", "STEPS": "1"}, 6),
-])
-def test_the_main_job_takes_good_values_on_to_its_set_up(tmp_path, variables, stages):
-    done = run_main_sh(tmp_path, **variables)
-    assert done.stdout.startswith(f"== stage 1 of {stages}: set-up"), done
-    assert "main.sh:" not in done.stderr  # it went on, and failed only for want of setup.sh in the copy
-    assert done.returncode != 0
-
-
-def test_the_main_jobs_task_list_is_the_packages():
-    """main.sh checks TASK before its set-up, without the package: its list and each task's classifier
-    cameras, failed takes' noise, training length and whether corrections are cloned must stay the
-    package's."""
-    from robot_rl.sim.tasks import TASKS
-
-    script = (ROOT / "scripts" / "main.sh").read_text()
-    listed = re.search(r'^SIM_TASKS="([^"]*)"', script, re.M).group(1).split()
-    cases = dict(re.findall(r'^  (\w+)\) CLASSIFIER_CAMERAS="([^"]*)"', script, re.M))  # each task's cameras
-    assert sorted(listed) == sorted(cases) == sorted(TASKS)
-    assert {name: tuple(cameras.split()) for name, cameras in cases.items()} == \
-        {name: task.classifier_cameras for name, task in TASKS.items()}
-    noises = dict(re.findall(r'^  (\w+)\) CLASSIFIER_CAMERAS=.* FAILURE_NOISE=([0-9.]+)', script, re.M))
-    default = float(re.search(r"^FAILURE_NOISE=([0-9.]+)", script, re.M).group(1))
-    assert {name: float(noises.get(name, default)) for name in TASKS} == \
-        {name: task.failed_takes_noise for name, task in TASKS.items()}
-    for variable, attribute, kind in (("TASK_STEPS", "main_job_steps", int),
-                                      ("INTERVENTION_BC", "clone_corrections", lambda v: bool(int(v)))):
-        given = dict(re.findall(rf'^  (\w+)\) CLASSIFIER_CAMERAS=.* {variable}=([0-9]+)', script, re.M))
-        default = re.search(rf"^{variable}=([0-9]+)", script, re.M).group(1)
-        assert {name: kind(given.get(name, default)) for name in TASKS} == \
-            {name: getattr(task, attribute) for name, task in TASKS.items()}, variable
-
-
-def test_the_main_jobs_exploration_is_the_packages():
-    """main.sh passes HUMAN_IN_THE_LOOP_EXPLORATION as --agent flags: the two must stay equal."""
-    from robot_rl.agents.sac import HUMAN_IN_THE_LOOP_EXPLORATION
-
-    script = (ROOT / "scripts" / "main.sh").read_text()
-    flags = re.search(r"^RECIPE=\((.*)\)$", script, re.M).group(1)
-    given = dict(pair.split("=") for pair in re.findall(r"--agent (\S+)", flags))
-    assert {key: float(value) for key, value in given.items()} == HUMAN_IN_THE_LOOP_EXPLORATION
 
 
 @pytest.mark.parametrize("command", ["train", "session"])

@@ -13,7 +13,7 @@ from robot_rl.errors import InputError
 
 
 # The exploration of a run with a human in the loop, as HIL-SERL's actor explores (the main job,
-# `bench hil` and the CI pixel test; scripts/main.sh passes the same as --agent flags): the grasp
+# `bench hil` and the CI pixel test; robot-rl main passes it as --agent flags): the grasp
 # head greedy on its critic (demonstrations and takeovers explore the gripper; a random open
 # drops a lifted object) and the motion's target entropy -|A| for the twin's 6 motion dimensions
 # (SAC's own heuristic). Both halved the human's late share of the steps (docs/CALIBRATION.md).

@@ -1,7 +1,7 @@
 """``robot-rl bench hil``: what a human in the loop buys, on the sim twin, from pixels.
 
 ``TASK`` (PegInsertHard: imitation from 20 demonstrations gets at most half of it, so the human
-has work to do) as the main job (scripts/main.sh) trains it: the policy sees the front and wrist
+has work to do) as the main job (robot-rl main) trains it: the policy sees the front and wrist
 cameras at 64x64 and the arm's own state (no object pose) through a frozen image encoder
 pretrained by behaviour cloning on demonstrations recorded with images (the same data
 ``robot-rl bench learning`` prepares, ``bench.learning.prepare_pixel_data``, with the encoder's
@@ -232,7 +232,7 @@ def run(quick: bool = False, log=print, jobs: int | None = None) -> dict:
         figures.update(reward_figures(results, reward, p["seeds"]))
     figures.update(parallel_runs=jobs, total_wall_s=round(time.time() - t0, 1))
     figures["notes"] = [
-        f"{TASK} from pixels as scripts/main.sh trains it: front + wrist cameras at 64x64 + the arm's state, no "
+        f"{TASK} from pixels as robot-rl main trains it: front + wrist cameras at 64x64 + the arm's state, no "
         f"object pose, through a frozen encoder pretrained by behaviour cloning ({p['encoder_steps']} steps, the one "
         f"objective bc) on {p['pixel_demos']} demos recorded with images (scripted expert, noise 0.1, successful "
         "takes); SAC/RLPD, UTD 2, residual RL on a BC base, learner in its own process",

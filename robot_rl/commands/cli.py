@@ -165,6 +165,32 @@ def _cmd_classifier(args) -> int:
     return 0
 
 
+def _cmd_main(args) -> int:
+    from robot_rl.commands.main_job import JobStopped, StageFailed, print_plan, run_main_job
+    from robot_rl.config import MainJobConfig
+    from robot_rl.config_cli import config_overrides
+
+    given = config_overrides(args, MainJobConfig)
+    if args.resume and given:
+        names = ", ".join(f"--{k.replace('_', '-')}" if k != "train_args" else "TRAIN_ARGS" for k in given)
+        raise InputError(f"--resume goes on with the run's own main job (its main_job.json); it takes no other "
+                         f"options (got {names})")
+    log = lambda message: print(message, flush=True)  # noqa: E731
+    if args.plan:
+        print_plan(None if args.resume else MainJobConfig(**given), resume_run=args.resume, log=log)
+        return 0
+    try:
+        run_main_job(None if args.resume else MainJobConfig(**given), resume_run=args.resume, log=log)
+    except StageFailed as failed:
+        print(f"robot-rl main: {failed}", file=sys.stderr, flush=True)
+        return 1
+    except JobStopped as stopped:
+        print(f"robot-rl main: stopped by signal {stopped.signum}; the finished stages are kept, and a training "
+              f"checkpointed: go on with robot-rl main --resume {stopped.run}", file=sys.stderr, flush=True)
+        return 128 + stopped.signum
+    return 0
+
+
 def _cmd_report(args) -> int:
     from robot_rl.commands.report import write_report
 
@@ -336,6 +362,22 @@ def add_classifier(sub) -> None:
     c_hard.set_defaults(func=_cmd_classifier)
 
 
+def add_main(sub) -> None:
+    from robot_rl.config import MainJobConfig
+
+    job = sub.add_parser("main", help="the main job on the sim twin: demonstrations, the success classifier, the "
+                                      "image encoder, two rounds of training with a simulated human, the report",
+                         description="Every stage of a lab's pipeline on the sim twin (robot_rl/commands/main_job.py; "
+                                     "docs/training.md). Every option but --resume is a MainJobConfig field "
+                                     "(robot_rl/config.py); options for robot-rl train go after --.")
+    job.add_argument("--resume", metavar="RUN", help="go on with the main job of RUN: its finished stages verified, "
+                                                     "from the first stage not finished")
+    job.add_argument("--plan", action="store_true", help="print the stages and their expected times, then exit "
+                                                         "(nothing is written; with --resume, what it would go on from)")
+    add_config_options(job, MainJobConfig)
+    job.set_defaults(func=_cmd_main)
+
+
 def add_report(sub) -> None:
     rep = sub.add_parser("report", help="write <run>/report.md: curves, success, classifier metrics")
     rep.add_argument("run", help="a training run folder")
@@ -445,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     from robot_rl.commands.data import add_data
     from robot_rl.commands.task import add_task
 
-    for add in (add_sim, add_train, add_record, add_data, add_classifier, add_encoder, add_report, add_eval,
+    for add in (add_sim, add_main, add_train, add_record, add_data, add_classifier, add_encoder, add_report, add_eval,
                 add_launch, add_session, add_task, add_bench):
         add(sub)
     return parser

@@ -1,0 +1,622 @@
+"""``robot-rl main``: the main job, the whole pipeline a lab runs on its robot, on the sim twin.
+
+It trains on what a real cell sees (front + wrist cameras and the arm's own state; the sim's
+object poses only grade the result), with a simulated human in the loop. Read it top to bottom
+as the stage table (docs/training.md, "The main job"); each stage is a function of the job
+that runs ``robot-rl`` commands (each printed as it starts, so a lab can run the same on its
+cell) and writes its outputs into the run folder:
+
+1. ``record_data``: 20 demonstrations with images, and the success classifier's data: 20
+   successful takes, each then carrying the object about and up through the workspace (half of
+   them letting go of it), and 20 failed takes, each then moving the arm about without it ->
+   ``demos.zarr``, ``classifier_successes.zarr``, ``classifier_failures.zarr``.
+2. ``train_success_classifier``: calibrated for 1 % false positives on held-out episodes, the
+   reward firing on 2 positive frames in a row -> ``classifier/``.
+3. ``pretrain_image_encoder`` (pixels only): the frozen backbone, behaviour cloning on the
+   demonstrations (one fixed objective, the same encoder on any machine) -> ``encoder/``.
+4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
+   sim's ground truth, and the simulated human, whose takeovers are flagged and learned from
+   -> checkpoints in the run folder.
+5. ``check_classifier_on_the_policy``: the classifier on the round-1 policy's own rollouts;
+   above its false-positive target it is retrained with those hard negatives ->
+   ``classifier_round1_on_the_trained_policy.json`` (and ``classifier_round2/``).
+6. ``train_round_2``: on to the last env step with the classifier of that moment, then the
+   grade by ground truth (50 episodes, the run's one final figure) -> ``summary.json``.
+7. ``measure_and_report``: the classifier on the final policy's rollouts, and ``report.md``.
+
+With ``--stack ros`` stages 4-6 are one training through the ROS 2 stack and a grade
+(``eval.json``). ``main_job.json`` in the run folder keeps the config, the version and each
+finished stage, so ``robot-rl main --resume RUN`` verifies the finished stages' outputs and
+continues from the first stage not finished (a training stage from its newest checkpoint).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import robot_rl
+from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION
+from robot_rl.config import ConfigError, MainJobConfig, check_values
+from robot_rl.errors import InputError, UserFacingError
+
+JOB_FILE = "main_job.json"
+JOB_FORMAT = 1
+PROGRESS_EVERY_S = float(os.environ.get("PROGRESS_EVERY", "20"))  # a "still running" line after this long silent
+POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
+IMAGE_SIZE = "64"
+TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
+SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 300, "rollouts_final": 400}
+STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates and evaluations, 2 CPU cores
+
+
+class MainJobError(UserFacingError):
+    """A main job that cannot start or go on: one line (exit 2), nothing changed."""
+
+
+class StageFailed(UserFacingError):
+    """A stage's command failed (its output is above); the finished stages are kept."""
+
+
+class JobStopped(Exception):
+    """SIGINT / SIGTERM: the running command was told and has stopped (a training checkpoints)."""
+
+    def __init__(self, signum: int, run: Path):
+        super().__init__(signum)
+        self.signum, self.run = signum, run
+
+
+# ------------------------------------------------------------------ the job
+@dataclass
+class Stage:
+    name: str  # its key in main_job.json
+    title: Callable[["MainJob"], str]  # what the stage line says
+    expected: Callable[["MainJob"], str]
+    run: Callable[["MainJob"], None]
+    verify: Callable[["MainJob"], None]  # raises MainJobError naming the output that does not verify
+    outputs: tuple[str, ...] = ()  # removed before the stage starts again (a training stage resumes instead)
+
+
+class MainJob:
+    """One main job: its config, its run folder, its record (``main_job.json``) and the clock."""
+
+    def __init__(self, cfg: MainJobConfig, run: Path, record: dict, log: Callable[[str], None] = print):
+        from robot_rl.sim import get_task
+
+        self.cfg, self.run, self.record, self.log = cfg, run, record, log
+        self.task = get_task(cfg.task)
+        self.steps = cfg.steps or self.task.main_job_steps
+        self.round1 = self.steps * 3 // 4
+        self.stages = stages_of(self)
+        self.started = time.monotonic()
+        self.stop_signal: int | None = None
+        self._children: list[subprocess.Popen] = []
+        self.stage_number, self.stage_title, self.stage_started = 0, "start", self.started
+
+    def path(self, name: str) -> str:
+        return str(self.run / name)
+
+    @property
+    def classifier_cameras(self) -> tuple[str, ...]:
+        return tuple(self.task.classifier_cameras)
+
+    @property
+    def rollout_cameras(self) -> tuple[str, ...]:
+        """The policy's rollouts render what the policy reads and what the classifier reads."""
+        return POLICY_CAMERAS + tuple(c for c in self.classifier_cameras if c not in POLICY_CAMERAS)
+
+    @property
+    def classifier(self) -> str:
+        """The reward's classifier of this moment: round 2 may have retrained it."""
+        return self.path(self.record.get("classifier", "classifier"))
+
+    def save_record(self) -> None:
+        tmp = self.run / f".{JOB_FILE}.tmp"
+        tmp.write_text(json.dumps(self.record, indent=1) + "\n")
+        os.replace(tmp, self.run / JOB_FILE)
+
+    # ---------------------------------------------------------- running commands
+    def robot_rl(self, *args: str, env: dict | None = None) -> str:
+        """``robot-rl ARGS`` in a child process, its output passed through (a "still running" line
+        after each PROGRESS_EVERY_S without one); returns its last line. A failure raises
+        StageFailed, a stop signal JobStopped once the child has stopped."""
+        return self.side_by_side([("", list(args))], env=env)[0]
+
+    def side_by_side(self, commands: list[tuple[str, list[str]]], env: dict | None = None) -> list[str]:
+        """Several ``robot-rl`` commands at once (their lines prefixed by label); their last lines."""
+        lines: queue.Queue = queue.Queue()
+        last = [""] * len(commands)
+        procs = []
+        for i, (label, args) in enumerate(commands):
+            self.log(f"$ robot-rl {' '.join(args)}")
+            proc = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                                    start_new_session=True, preexec_fn=_stop_with_parent)
+            procs.append(proc)
+            self._children.append(proc)
+            threading.Thread(target=_pass_lines, args=(proc, i, lines), daemon=True).start()
+        open_streams = len(procs)
+        try:
+            while open_streams:
+                try:
+                    i, line = lines.get(timeout=PROGRESS_EVERY_S)
+                except queue.Empty:
+                    self.log(f"   ... still running: {self.stage_title} ({_clock(time.monotonic() - self.stage_started)} "
+                             f"in this stage, job time {_clock(time.monotonic() - self.started)})")
+                    continue
+                if line is None:
+                    open_streams -= 1
+                    continue
+                label = commands[i][0]
+                self.log(f"[{label}] {line}" if label else line)
+                last[i] = line
+            codes = [proc.wait() for proc in procs]
+        finally:
+            for proc in procs:
+                self._children.remove(proc)
+        if self.stop_signal is not None:
+            raise JobStopped(self.stop_signal, self.run)
+        for (label, args), code in zip(commands, codes):
+            if code != 0:
+                raise StageFailed(f"stage {self.stage_number} of {len(self.stages)} ({self.stage_title}) failed: "
+                                  f"robot-rl {args[0]} exited with status {code} (its output is above); the stages "
+                                  f"before are kept: go on with robot-rl main --resume {self.run}")
+        return last
+
+    def stop(self, signum: int, frame=None) -> None:
+        """SIGINT / SIGTERM: tell the running commands once (a training checkpoints and stops)."""
+        self.stop_signal = signum
+        for proc in list(self._children):
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    # ---------------------------------------------------------- the stages in order
+    def run_stages(self) -> None:
+        done = self.record["stages"]
+        for k, stage in enumerate(self.stages, start=1):
+            if stage.name in done:
+                continue
+            self.stage_number, self.stage_title, self.stage_started = k, stage.title(self), time.monotonic()
+            self.log(f"== stage {k} of {len(self.stages)}: {self.stage_title} (expected {stage.expected(self)}; job "
+                     f"time {_clock(self.stage_started - self.started)}) ==")
+            for name in stage.outputs:  # what an earlier attempt left half-written
+                _remove(self.run / name)
+            stage.run(self)
+            done[stage.name] = {"wall_s": round(time.monotonic() - self.stage_started, 1),
+                                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            self.save_record()
+
+    @property
+    def wall_s(self) -> float:
+        """The stages' wall time in all (each stage's last attempt)."""
+        return sum(s["wall_s"] for s in self.record["stages"].values())
+
+
+def _pass_lines(proc: subprocess.Popen, index: int, lines: queue.Queue) -> None:
+    for line in proc.stdout:
+        lines.put((index, line.rstrip("\n")))
+    lines.put((index, None))
+
+
+def _stop_with_parent() -> None:
+    """In the child: SIGTERM when the main job's process dies (a kill -9 of it), so that no
+    training goes on unseen; it checkpoints and stops as on any SIGTERM (Linux; elsewhere nothing)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"about {max(1, int(-(-seconds // 60)))} min"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _write_json(path: Path, line: str) -> None:
+    """A command's last line, its JSON result, kept in ``path``."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        raise StageFailed(f"expected a JSON result as the last line for {path}, got {line!r}") from None
+    path.write_text(line + "\n")
+
+
+# ------------------------------------------------------------------ stage 1: data
+def record_data(job: MainJob) -> None:
+    """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras), and the
+    classifier's successful and failed takes (its cameras) at 64x64."""
+    cfg, task = job.cfg, job.cfg.task
+    # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
+    job.robot_rl("record", "--task", task, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
+                 str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", IMAGE_SIZE,
+                 "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
+    takes = ["--images", "--image-size", IMAGE_SIZE, "--cameras", *job.classifier_cameras,
+             "--episodes", str(cfg.takes), "--hold-motion", "0.4", "--hold-rise", "0.3"]
+    job.robot_rl("record", "--task", task, "--noise", "0.1", "--seed", str(SEEDS["successes"]), "--successful-only",
+                 *takes, "--hold-after-success", "30", "--hold-release", "0.5",
+                 "--out", job.path("classifier_successes.zarr"))
+    job.robot_rl("record", "--task", task, "--noise", str(job.task.failed_takes_noise), "--seed",
+                 str(SEEDS["failures"]), "--failed-only", *takes, "--hold-after-failure", "20",
+                 "--out", job.path("classifier_failures.zarr"))
+
+
+def verify_data(job: MainJob) -> None:
+    for name, episodes in (("demos.zarr", job.cfg.demos), ("classifier_successes.zarr", job.cfg.takes),
+                           ("classifier_failures.zarr", job.cfg.takes)):
+        verify_store(job, name, episodes)
+
+
+# ------------------------------------------------------------------ stage 2: the reward
+def train_success_classifier(job: MainJob) -> None:
+    """In: the classifier's takes. Out: classifier/ (weights, calibration, report.json)."""
+    job.robot_rl("classifier", "train", "--data", job.path("classifier_successes.zarr"),
+                 "--data", job.path("classifier_failures.zarr"), "--steps", str(job.cfg.classifier_steps),
+                 "--consecutive", "2", "--target-fpr", str(TARGET_FPR), "--out", job.path("classifier"))
+
+
+def verify_classifier(job: MainJob, name: str = "classifier") -> None:
+    from robot_rl.reward.classifier import load_classifier
+
+    _verified(job, name, lambda: load_classifier(job.path(name)))
+
+
+# ------------------------------------------------------------------ stage 3: the image encoder
+def pretrain_image_encoder(job: MainJob) -> None:
+    """In: demos.zarr. Out: encoder/ (the frozen backbone the pixel policy's features come from)."""
+    # one fixed objective, the same choice on any machine: behaviour cloning, the backbone of the
+    # pixel runs that reached 0.94-0.98 (docs/CALIBRATION.md); a probe's ranking of near-equal
+    # held-out losses flipped between machines and does not predict the policy's success
+    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", "bc",
+                 "--steps", str(job.cfg.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
+
+
+def verify_encoder(job: MainJob) -> None:
+    from robot_rl.agents.frozen import FrozenEncoder
+
+    _verified(job, "encoder", lambda: FrozenEncoder.load(job.path("encoder")))
+
+
+# ------------------------------------------------------------------ stages 4-6: training
+def train_round_1(job: MainJob) -> None:
+    """In: demos.zarr, classifier/, encoder/. Out: the run's checkpoints at env step 3/4 of
+    the steps. A round cut off earlier goes on from its newest checkpoint."""
+    if _newest_checkpoint(job) is not None:
+        job.robot_rl("train", "--resume", str(job.run), "--steps", str(job.round1))
+        return
+    _remove_all_but_finished_outputs(job)  # a start cut off before its first checkpoint
+    cfg = job.cfg
+    observation = ["--obs", "state"] if cfg.observation == "state" else [
+        "--obs", "pixels", "--frozen-encoder", job.path("encoder")]
+    recipe = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()]  # the package's, never copied
+    job.robot_rl("train", "--task", cfg.task, *observation, "--demos", job.path("demos.zarr"),
+                 "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
+                 "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
+                 *[word for setting in recipe for word in ("--agent", setting)],
+                 "--steps", str(job.round1), "--eval-episodes", str(cfg.eval_episodes),
+                 "--final-eval-episodes", str(cfg.eval_episodes), "--run-dir", str(job.run), *cfg.train_args)
+
+
+def verify_round(job: MainJob, steps: int) -> None:
+    from robot_rl.runtime.checkpoint import CheckpointError, read_state, verify_checkpoint
+
+    ckpt = _newest_checkpoint(job)
+    if ckpt is None:
+        raise _damaged(job, job.path("checkpoints"), "no checkpoint")
+    try:
+        verify_checkpoint(ckpt)
+        at = int(read_state(ckpt).get("env_steps", 0))
+    except (CheckpointError, OSError, ValueError) as err:
+        raise _damaged(job, str(ckpt), str(err)) from None
+    if at < steps:
+        raise _damaged(job, str(ckpt), f"it is at env step {at}, the stage ended at {steps}")
+
+
+def check_classifier_on_the_policy(job: MainJob) -> None:
+    """In: the round-1 policy, classifier/. Out: its rollouts, the classifier's figures on them
+    and, above the false-positive target, classifier_round2/ retrained with the hard negatives."""
+    rollouts = _rollouts(job, "policy_rollouts_round1.zarr", SEEDS["rollouts_round1"])
+    figures = job.path("classifier_round1_on_the_trained_policy.json")
+    _write_json(Path(figures), job.robot_rl("classifier", "eval", "--classifier", job.path("classifier"),
+                                            "--data", rollouts))
+    fpr = json.loads(Path(figures).read_text())["fpr"]
+    job.record["classifier"] = "classifier"
+    if fpr <= TARGET_FPR:
+        job.log(f"the classifier's false-positive rate on the policy's rollouts ({fpr:.4f}) is within its target "
+                f"({TARGET_FPR}): round 2 keeps it")
+        return
+    job.log(f"the classifier's false-positive rate on the policy's rollouts ({fpr:.4f}) is above its target "
+            f"({TARGET_FPR}): retraining with them")
+    _write_json(Path(job.path("classifier_round2_validation.json")), job.robot_rl(
+        "classifier", "hard-negatives", "--classifier", job.path("classifier"), "--rollouts", rollouts,
+        "--out", job.path("hard_negatives.zarr"), "--retrain", job.path("classifier_round2")))
+    if (job.run / "classifier_round2" / "classifier.safetensors").is_file():
+        job.record["classifier"] = "classifier_round2"
+
+
+def verify_check(job: MainJob) -> None:
+    verify_store(job, "policy_rollouts_round1.zarr", job.cfg.rollout_episodes)
+    _read_json(job, "classifier_round1_on_the_trained_policy.json")
+    if job.record.get("classifier", "classifier") != "classifier":
+        verify_classifier(job, job.record["classifier"])
+
+
+def train_round_2(job: MainJob) -> None:
+    """In: the round-1 run, the classifier of this moment. Out: the run trained to the last env
+    step, graded by ground truth (summary.json's final). Cut off, it goes on from its newest
+    checkpoint."""
+    job.robot_rl("train", "--resume", str(job.run), "--steps", str(job.steps), "--reward-classifier", job.classifier,
+                 "--final-eval-episodes", str(job.cfg.final_eval_episodes))
+
+
+def verify_final(job: MainJob) -> None:
+    verify_round(job, job.steps)
+    summary = _read_json(job, "summary.json")
+    if summary.get("final") is None:
+        raise _damaged(job, job.path("summary.json"), "it has no final figure")
+
+
+def train_through_ros(job: MainJob) -> None:
+    """In: demos.zarr, classifier/. Out: the run trained through the ROS 2 stack: arm, cameras,
+    actor, learner and recorder as separate nodes over DDS (loopback), in real time at 10 Hz."""
+    if (job.run / "checkpoints").exists():
+        raise MainJobError(f"{job.run}: the ROS 2 stack's training was cut off; it starts again only in a new "
+                           "run: robot-rl main --stack ros (nothing was changed)")
+    cfg = job.cfg
+    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
+    job.robot_rl("launch", "sim_train", f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
+                 f"demo_store:={job.path('demos.zarr')}", f"reward_classifier:={job.path('classifier')}",
+                 f"env_steps:={job.steps}", f"run_dir:={job.run}", *cfg.train_args, env=env)
+
+
+def grade_by_ground_truth(job: MainJob) -> None:
+    """In: the ROS-trained run. Out: eval.json, the final policy over 50 episodes by ground truth."""
+    _write_json(Path(job.path("eval.json")), job.robot_rl("eval", "--checkpoint", str(job.run), "--episodes",
+                                                          str(job.cfg.final_eval_episodes)))
+
+
+# ------------------------------------------------------------------ stage 7: the report
+def measure_and_report(job: MainJob) -> None:
+    """In: the final policy, the classifier of this moment. Out: its figures on the policy's
+    rollouts and report.md (curves, both rounds' classifier figures)."""
+    rollouts = _rollouts(job, "policy_rollouts.zarr", SEEDS["rollouts_final"])
+    _write_json(Path(job.path("classifier_on_the_trained_policy.json")),
+                job.robot_rl("classifier", "eval", "--classifier", job.classifier, "--data", rollouts))
+    wall = [] if job.cfg.stack == "ros" else ["--job-wall-s", f"{job.wall_s + time.monotonic() - job.stage_started:.1f}"]
+    job.robot_rl("report", str(job.run), *wall)
+
+
+def verify_report(job: MainJob) -> None:
+    verify_store(job, "policy_rollouts.zarr", job.cfg.rollout_episodes)
+    _read_json(job, "classifier_on_the_trained_policy.json")
+    if not (job.run / "report.md").is_file():
+        raise _damaged(job, job.path("report.md"), "it is not there")
+
+
+def stages_of(job: MainJob) -> list[Stage]:
+    """The job's stages in order: the table of the module's doc."""
+    cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g})" if job.cfg.eagerness else "")
+    stages = [
+        Stage("record", lambda j: f"record {cfg.demos} demonstrations and the classifier's {2 * cfg.takes} takes "
+                                  "(scripted expert, cameras at 64x64)", lambda j: "about 1 min", record_data,
+              verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr")),
+        Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
+                                      "for 1% false positives", lambda j: _minutes(cfg.classifier_steps * 0.09),
+              train_success_classifier, verify_classifier, ("classifier",)),
+    ]
+    if cfg.stack == "ros":
+        return stages + [
+            Stage("train_ros", lambda j: f"train through the ROS 2 stack ({j.steps} env steps in real time at 10 Hz; "
+                                         "arm, cameras, actor, learner, recorder)",
+                  lambda j: _minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
+            Stage("grade", lambda j: f"grade the final policy by ground truth ({cfg.final_eval_episodes} episodes: the "
+                                     "run's final figure, eval.json)", lambda j: "about 2 min", grade_by_ground_truth,
+                  lambda j: _read_json(j, "eval.json"), ("eval.json",)),
+            Stage("report", lambda j: f"measure the classifier on the final policy's rollouts ({cfg.rollout_episodes} "
+                                      "episodes) and write report.md", lambda j: "about 1 min", measure_and_report,
+                  verify_report, ("policy_rollouts.zarr", "classifier_on_the_trained_policy.json")),
+        ]
+    if cfg.observation == "pixels":
+        stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
+                                                 "demonstrations)", lambda j: "about 2 min", pretrain_image_encoder,
+                            verify_encoder, ("encoder",)))
+    ms = STEP_MS[cfg.observation]
+    return stages + [
+        Stage("round1", lambda j: f"train round 1: {cfg.task} from {cfg.observation} for {j.round1} env steps with the "
+                                  f"classifier's reward (SAC/RLPD){human}", lambda j: _minutes(j.round1 * ms / 1000),
+              train_round_1, lambda j: verify_round(j, j.round1)),
+        Stage("check", lambda j: f"check the classifier on the round-1 policy's own rollouts ({cfg.rollout_episodes} "
+                                 "episodes); retrain it above 1% false positives",
+              lambda j: "about 1 min (2 more if it retrains)", check_classifier_on_the_policy, verify_check,
+              ("policy_rollouts_round1.zarr", "classifier_round1_on_the_trained_policy.json", "hard_negatives.zarr",
+               "classifier_round2", "classifier_round2_validation.json")),
+        Stage("round2", lambda j: f"train round 2 to {j.steps} env steps, then grade by ground truth "
+                                  f"({cfg.final_eval_episodes} episodes: the run's final figure)",
+              lambda j: _minutes((j.steps - j.round1) * ms / 1000 + 30), train_round_2, verify_final),
+        Stage("report", lambda j: f"measure the classifier on the final policy's rollouts ({cfg.rollout_episodes} "
+                                  "episodes) and write report.md", lambda j: "about 1 min", measure_and_report,
+              verify_report, ("policy_rollouts.zarr", "classifier_on_the_trained_policy.json")),
+    ]
+
+
+# ------------------------------------------------------------------ outputs and their checks
+def _rollouts(job: MainJob, name: str, seed: int) -> str:
+    """The policy's own rollouts (not cut at success), with the cameras the classifier reads."""
+    job.robot_rl("record", "--task", job.cfg.task, "--policy", str(job.run), "--episodes",
+                 str(job.cfg.rollout_episodes), "--seed", str(seed), "--images", "--image-size", IMAGE_SIZE,
+                 "--cameras", *job.rollout_cameras, "--continue-after-success", "100", "--out", job.path(name))
+    return job.path(name)
+
+
+def _damaged(job: MainJob, path: str, why: str) -> MainJobError:
+    return MainJobError(f"{path}: {why}; it is an output of a finished stage of the main job {job.run}, so "
+                        "nothing was changed: restore it, or start a new main job")
+
+
+def _verified(job: MainJob, name: str, load: Callable[[], object]) -> None:
+    try:
+        load()
+    except (UserFacingError, OSError, ValueError, KeyError, RuntimeError) as err:
+        raise _damaged(job, job.path(name), f"does not load ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+
+
+def verify_store(job: MainJob, name: str, episodes: int) -> None:
+    from robot_rl.data.check import check_store
+
+    path = job.run / name
+    if not path.exists():
+        raise _damaged(job, str(path), "it is not there")
+    try:
+        report = check_store(path)
+    except UserFacingError as err:
+        raise _damaged(job, str(path), str(err)) from None
+    if not report["ok"]:
+        problems = [*report["problems"], *(p for ps in report["episode_problems"].values() for p in ps)]
+        raise _damaged(job, str(path), f"robot-rl data check finds it damaged ({problems[0] if problems else 'see data check'})")
+    if report["episodes"] != episodes:
+        raise _damaged(job, str(path), f"it holds {report['episodes']} episodes, the stage recorded {episodes}")
+
+
+def _read_json(job: MainJob, name: str) -> dict:
+    path = job.run / name
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _damaged(job, str(path), "it is not there") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise _damaged(job, str(path), f"it does not read as JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise _damaged(job, str(path), "it is not a JSON object")
+    return value
+
+
+def _newest_checkpoint(job: MainJob) -> Path | None:
+    from robot_rl.runtime.checkpoint import latest_checkpoint
+
+    return latest_checkpoint(job.run, log=job.log) if (job.run / "checkpoints").is_dir() else None
+
+
+def _remove_all_but_finished_outputs(job: MainJob) -> None:
+    """Before a training round starts afresh: what a start cut off before its first checkpoint
+    left (its config.json, logs), never a finished stage's outputs."""
+    keep = {JOB_FILE}
+    for stage in job.stages:
+        if stage.name in job.record["stages"]:
+            keep.update(stage.outputs)
+    for path in job.run.iterdir():
+        if path.name not in keep:
+            _remove(path)
+
+
+# ------------------------------------------------------------------ start and resume
+def new_job(cfg: MainJobConfig, log: Callable[[str], None] = print) -> MainJob:
+    """A new main job, its config checked; nothing written yet."""
+    cfg.validate()
+    run = Path(cfg.run_dir or f"runs/main-{cfg.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run.exists() and any(run.iterdir()):
+        raise MainJobError(f"--run-dir {run} exists and is not empty: go on with robot-rl main --resume {run}, or "
+                           "choose another folder")
+    record = {"format": JOB_FORMAT, "robot_rl": robot_rl.__version__,
+              "config": json.loads(json.dumps(dataclasses.asdict(cfg))), "stages": {}}
+    return MainJob(cfg, run, record, log)  # checks the task
+
+
+def start(cfg: MainJobConfig, log: Callable[[str], None] = print) -> MainJob:
+    """A new main job: its config checked and saved in a new run folder."""
+    job = new_job(cfg, log)
+    run = job.run
+    run.mkdir(parents=True, exist_ok=True)
+    job.save_record()
+    log(f"run folder: {run}")
+    return job
+
+
+def resume(run: Path, log: Callable[[str], None] = print) -> MainJob:
+    """The main job of ``run``: its record read and checked, its finished stages' outputs
+    verified. Anything wrong is one MainJobError line and nothing is changed."""
+    file = run / JOB_FILE
+    if not run.is_dir():
+        raise MainJobError(f"--resume {run}: no such folder")
+    if not file.is_file():
+        raise MainJobError(f"--resume {run}: not a main job's run folder (no {JOB_FILE}; robot-rl main makes it)")
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MainJobError(f"{file} is damaged ({err}); nothing was changed") from None
+    if not isinstance(record, dict) or not isinstance(record.get("stages"), dict):
+        raise MainJobError(f"{file} is damaged (not a main job's record: no stages); nothing was changed")
+    if record.get("format") != JOB_FORMAT or record.get("robot_rl") != robot_rl.__version__:
+        raise MainJobError(f"{file}: made by robot_rl {record.get('robot_rl')} (record format {record.get('format')}); "
+                           f"this is robot_rl {robot_rl.__version__} (format {JOB_FORMAT}): go on with that version, or "
+                           "start a new main job; nothing was changed")
+    try:
+        cfg = MainJobConfig(**check_values(MainJobConfig, record.get("config"), str(file)))
+        cfg.validate()
+    except (ConfigError, InputError, TypeError) as err:
+        raise MainJobError(f"{file}: its config does not check ({err}); nothing was changed") from None
+    job = MainJob(cfg, run, record, log)
+    names = [stage.name for stage in job.stages]
+    unknown = [name for name in record["stages"] if name not in names]
+    if unknown:
+        raise MainJobError(f"{file} names stages this job does not have ({', '.join(unknown)}); nothing was changed")
+    finished = [k for k, stage in enumerate(job.stages) if stage.name in record["stages"]]
+    if finished != list(range(len(finished))):
+        raise MainJobError(f"{file}: a stage is recorded finished after one that is not; nothing was changed")
+    for stage in job.stages[:len(finished)]:
+        stage.verify(job)
+    if len(finished) == len(job.stages):
+        log(f"{run}: every stage of the main job is finished and verifies; nothing to do")
+    else:
+        log(f"resuming {run}: stages 1-{len(finished)} finished and verified; going on from stage "
+            f"{len(finished) + 1} of {len(job.stages)}" if finished else
+            f"resuming {run}: no stage was finished; starting from stage 1 of {len(job.stages)}")
+    return job
+
+
+def print_plan(cfg: MainJobConfig | None = None, resume_run: str | None = None,
+               log: Callable[[str], None] = print) -> None:
+    """``robot-rl main --plan``: the stages and their expected times; nothing is written."""
+    job = resume(Path(resume_run), log) if resume_run else new_job(cfg or MainJobConfig(), log)
+    for k, stage in enumerate(job.stages, start=1):
+        state = "finished" if stage.name in job.record["stages"] else f"expected {stage.expected(job)}"
+        log(f"stage {k} of {len(job.stages)}: {stage.title(job)} ({state})")
+
+
+def run_main_job(cfg: MainJobConfig | None = None, resume_run: str | None = None,
+                 log: Callable[[str], None] = print) -> MainJob:
+    """``robot-rl main`` (a new job from ``cfg``) or ``robot-rl main --resume RUN``. SIGINT and
+    SIGTERM stop the running command (a training checkpoints) and raise JobStopped."""
+    job = resume(Path(resume_run), log) if resume_run else start(cfg or MainJobConfig(), log)
+    previous = {sig: signal.signal(sig, job.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        job.run_stages()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log(f"done in {_clock(time.monotonic() - job.started)}. Run folder: {job.run} (report.md, classifier/, "
+        "encoder/, demos.zarr, checkpoints/, and summary.json + learning_curve.png + tensorboard/ or, with --stack "
+        "ros, actor_summary.json + eval.json + online.zarr)")
+    return job

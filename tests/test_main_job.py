@@ -1,0 +1,223 @@
+"""`robot-rl main` (robot_rl/commands/main_job.py) and its wrapper scripts/main.sh: the stages a
+config gives, bad input and bad resumes as one line (exit 2, nothing changed), and a real main job
+stopped during its first training round and resumed from there."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robot_rl.commands.cli import main
+from tests.helpers.common import one_line_error
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def plan(capsys, *args: str) -> list[str]:
+    assert main(["main", "--plan", *args]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pixels = plan(capsys)
+    assert [line.split(":")[0] for line in pixels] == [f"stage {k} of 7" for k in range(1, 8)]
+    assert "train round 1: PickCube from pixels for 7500 env steps" in pixels[3]
+    assert "simulated human (eagerness 0.5)" in pixels[3]
+    state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
+    assert len(state) == 6 and not any("encoder" in line for line in state)
+    assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
+    assert "simulated human" not in state[2]
+    ros = plan(capsys, "--stack", "ros", "--steps", "300")
+    assert len(ros) == 5 and "train through the ROS 2 stack (300 env steps" in ros[2]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--human", "2"], "--human 2.0 must be a number in [0, 1]"),
+    (["--human", "-0.5"], "--human -0.5 must be a number in [0, 1]"),
+    (["--task", "Unknown"], "unknown task 'Unknown'; available tasks: PegInsert, PegInsertHard, PickCube, PushCube"),
+    (["--steps", "1"], "--steps 1 is too few: round 1 trains 3/4 of them"),
+    (["--steps", "0"], "--steps 0 is too few"),
+    (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),
+    (["--demos", "-3"], "--demos must be a whole number >= 1, got -3"),
+    (["--stack", "ros", "--human", "0.5"], "the ROS 2 stack (--stack ros) trains without a simulated human"),
+    (["--stack", "ros", "--obs", "pixels"], "--obs pixels: the ROS 2 stack (--stack ros) trains the state policy"),
+])
+def test_a_bad_option_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, args, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(["main", *args]) == 2
+    assert says in one_line_error(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_folder_that_is_not_empty_is_not_started_in(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert main(["main", "--run-dir", str(run)]) == 2
+    assert f"--run-dir {run} exists and is not empty: go on with robot-rl main --resume {run}" in \
+        one_line_error(capsys.readouterr().err)
+    assert snapshot(run) == {"notes.txt": b"mine"}
+
+
+def a_main_job_folder(tmp_path: Path, **changes) -> Path:
+    """The record of a main job that finished no stage (as `robot-rl main` writes it first)."""
+    import robot_rl
+
+    run = tmp_path / "job"
+    run.mkdir()
+    record = {"format": 1, "robot_rl": robot_rl.__version__, "config": {"task": "PickCube", "steps": 400},
+              "stages": {}, **changes}
+    (run / "main_job.json").write_text(json.dumps(record))
+    return run
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda tmp: tmp / "nowhere", "no such folder"),
+    (lambda tmp: tmp, "not a main job's run folder (no main_job.json; robot-rl main makes it)"),
+    (lambda tmp: a_main_job_folder(tmp, robot_rl="0.0.1"), "made by robot_rl 0.0.1 (record format 1); this is robot_rl"),
+    (lambda tmp: a_main_job_folder(tmp, format=7), "(record format 7)"),
+    (lambda tmp: a_main_job_folder(tmp, config={"task": "PickCube", "stepz": 4}), "unknown key 'stepz' (did you mean 'steps'?)"),
+    (lambda tmp: a_main_job_folder(tmp, config={"task": "PickCube", "human": 3}), "must be a number in [0, 1]"),
+    (lambda tmp: a_main_job_folder(tmp, stages={"report": {"wall_s": 1}}), "a stage is recorded finished after one "
+                                                                          "that is not"),
+    (lambda tmp: a_main_job_folder(tmp, stages={"deploy": {"wall_s": 1}}), "names stages this job does not have (deploy)"),
+    (lambda tmp: a_main_job_folder(tmp, stages={"record": {"wall_s": 1}}), "demos.zarr: it is not there; it is an output "
+                                                                          "of a finished stage"),
+])
+def test_a_bad_resume_is_one_line_and_changes_nothing(tmp_path, capsys, make, says):
+    run = make(tmp_path)
+    before = snapshot(tmp_path)
+    assert main(["main", "--resume", str(run)]) == 2
+    assert says in one_line_error(capsys.readouterr().err)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_damaged_record_is_one_line_naming_it(tmp_path, capsys):
+    run = a_main_job_folder(tmp_path)
+    (run / "main_job.json").write_text('{"format": 1, "stag')
+    assert main(["main", "--resume", str(run)]) == 2
+    assert f"{run / 'main_job.json'} is damaged" in one_line_error(capsys.readouterr().err)
+
+
+def test_resume_takes_no_other_options(tmp_path, capsys):
+    run = a_main_job_folder(tmp_path)
+    assert main(["main", "--resume", str(run), "--steps", "800", "--", "--seed", "3"]) == 2
+    assert "it takes no other options (got --steps, TRAIN_ARGS)" in one_line_error(capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------ scripts/main.sh
+def run_main_sh(tmp_path: Path, *args: str, **variables: str) -> subprocess.CompletedProcess:
+    """scripts/main.sh in a copy of the repository's scripts whose set-up does nothing and whose
+    robot-rl is the real one asked for its --plan: what the variables become, and nothing runs."""
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    for name in ("main.sh", "progress.sh"):
+        shutil.copy(ROOT / "scripts" / name, clone / "scripts" / name)
+    (clone / "scripts" / "setup.sh").write_text("")
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    robot_rl = clone / ".venv" / "bin" / "robot-rl"
+    robot_rl.write_text(f'#!/bin/sh\nshift\nexec "{sys.executable}" -m robot_rl.commands.cli main --plan "$@"\n')
+    robot_rl.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": os.environ.get("TMPDIR", str(tmp_path)),
+           **variables}
+    return subprocess.run(["bash", str(clone / "scripts" / "main.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+@pytest.mark.parametrize("variables, stages, says", [
+    ({}, 7, "PickCube from pixels for 7500 env steps"),
+    ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, 6, "PegInsert from state for 1 env steps"),
+    ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, 7, "eagerness 0.25"),
+    ({"STACK": "ros", "STEPS": "1"}, 5, "train through the ROS 2 stack (1 env steps"),
+])
+def test_main_sh_gives_its_variables_to_robot_rl_main(tmp_path, variables, stages, says):
+    done = run_main_sh(tmp_path, "--seed", "3", **variables)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("== set-up: .venv/")
+    assert lines[-1].startswith(f"stage {stages} of {stages}: ") and says in done.stdout
+
+
+@pytest.mark.parametrize("variables, says", [
+    ({"HUMAN": "2"}, "--human 2.0 must be a number in [0, 1]"),
+    ({"HUMAN": "x"}, "argument --human: invalid float value: 'x'"),
+    ({"TASK": "Unknown"}, "unknown task 'Unknown'"),
+    ({"STEPS": "1.5"}, "argument --steps: invalid int value: '1.5'"),
+    ({"STACK": "k8s"}, "argument --stack: invalid choice: 'k8s'"),
+])
+def test_main_sh_refuses_a_bad_variable_before_any_stage(tmp_path, variables, says):
+    done = run_main_sh(tmp_path, **variables)
+    assert done.returncode == 2
+    assert says in done.stderr.splitlines()[-1]
+    assert "stage 1" not in done.stdout
+
+
+# ------------------------------------------------------------------ a real job, stopped and resumed
+TINY = ["--steps", "400", "--demos", "3", "--takes", "3", "--classifier-steps", "30", "--encoder-steps", "20",
+        "--rollout-episodes", "2", "--eval-episodes", "2", "--final-eval-episodes", "4"]
+TINY_TRAIN = ["--", "--eval-every", "200", "--checkpoint-every", "100", "--pretrain-steps", "50",
+              "--critic-warmup-steps", "50", "--utd", "1"]
+
+
+def robot_rl_main(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", "main", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.integration
+def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
+    run = tmp_path / "job"
+    job = robot_rl_main(*TINY, "--run-dir", str(run), *TINY_TRAIN)
+    seen = []
+    for line in job.stdout:  # waits on the job's own lines, not on a clock
+        seen.append(line)
+        if line.startswith("checkpoint step_") and any(s.startswith("== stage 4 of 7") for s in seen):
+            job.send_signal(signal.SIGTERM)
+            break
+    out, err = job.communicate(timeout=600)
+    assert job.returncode == 128 + signal.SIGTERM, "".join(seen) + out + err
+    assert f"go on with robot-rl main --resume {run}" in err
+    record = json.loads((run / "main_job.json").read_text())
+    assert list(record["stages"]) == ["record", "classifier", "encoder"]  # round 1 was cut off
+    assert (run / "checkpoints").is_dir()
+
+    resumed = robot_rl_main("--resume", str(run))
+    out, err = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, out + err
+    assert f"resuming {run}: stages 1-3 finished and verified; going on from stage 4 of 7" in out
+    assert "== stage 1 of 7" not in out and "== stage 4 of 7" in out
+    assert f"resuming {run} from step_" in out  # round 1 went on from its checkpoint, not from the start
+    record = json.loads((run / "main_job.json").read_text())
+    assert list(record["stages"]) == ["record", "classifier", "encoder", "round1", "check", "round2", "report"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 400 and summary["final"] is not None and summary["job_wall_s"] > 0
+    assert (run / "report.md").is_file()
+
+    # finished: nothing to do; each finished stage's outputs are verified before anything runs
+    assert main(["main", "--resume", str(run)]) == 0
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run, damaged)
+    weights = damaged / "classifier" / "classifier.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    record = json.loads((damaged / "main_job.json").read_text())
+    del record["stages"]["report"]
+    (damaged / "main_job.json").write_text(json.dumps(record))
+    before = snapshot(damaged)
+    done = subprocess.run([sys.executable, "-m", "robot_rl.commands.cli", "main", "--resume", str(damaged)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert f"{damaged / 'classifier'}: does not load" in one_line_error(done.stderr)
+    assert snapshot(damaged) == before
