@@ -84,7 +84,7 @@ def test_lossy_video_comes_back_within_the_stated_psnr(tmp_path):
         export_lerobot(store, tmp_path / codec, video=codec)
         import_lerobot(tmp_path / codec, tmp_path / f"{codec}.zarr")
         psnrs = _assert_same_store(store, tmp_path / f"{codec}.zarr", images="lossy")
-        assert min(psnrs) >= 35.0, (codec, min(psnrs))  # the README's figure for smooth scenes
+        assert min(psnrs) >= 35.0, (codec, min(psnrs))  # docs/datasets.md's figure for smooth scenes
 
 
 def test_a_dataset_written_by_lerobot_imports_as_its_writer_wrote_it(tmp_path):

@@ -59,8 +59,8 @@ def add_data(sub) -> None:
     d_import.add_argument("--map", metavar="FILE.yaml", help="lerobot: which features are the state, the cameras and "
                                                              "the action, and how the action maps onto ours; rosbag2: "
                                                              "which topics are the cameras, the TCP's pose, wrench and "
-                                                             "gripper, the rate and the episodes (README); not needed "
-                                                             "for what robot-rl data export wrote")
+                                                             "gripper, the rate and the episodes (docs/datasets.md); "
+                                                             "not needed for what robot-rl data export wrote")
     d_import.add_argument("--out", required=True, metavar="STORE", help="the new store")
     d_import.set_defaults(func=_cmd_data)
     d_split = data.add_parser("split", help="chosen episodes into a new store")

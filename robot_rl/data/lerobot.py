@@ -254,7 +254,7 @@ class ActionMap:
 
 @dataclasses.dataclass
 class DatasetMap:
-    """Which features of a LeRobotDataset become a store's fields (a YAML file; see the README)."""
+    """Which features of a LeRobotDataset become a store's fields (a YAML file; see docs/datasets.md)."""
 
     state: tuple[str, ...] = ("observation.state",)
     cameras: dict[str, str] = dataclasses.field(default_factory=dict)  # our camera name -> their video feature

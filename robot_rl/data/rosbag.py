@@ -223,7 +223,7 @@ class GripperSource:
 
 @dataclasses.dataclass
 class BagMap:
-    """Which topics of a lab's bag make a store's frames (a YAML file; see the README)."""
+    """Which topics of a lab's bag make a store's frames (a YAML file; see docs/datasets.md)."""
 
     rate: float = 10.0  # the control rate frames are resampled to (Hz)
     cameras: dict[str, str] = dataclasses.field(default_factory=dict)  # our camera -> Image / CompressedImage topic
