@@ -93,7 +93,7 @@ class ActorNode(Node):
         self.pub_step = self.create_publisher(String, topics.ACTOR_STEP, 10)
 
     def counts(self, latencies) -> dict:
-        return {**self.actor.stats, "weights_version": self.learner.weights_version,
+        return {**self.actor.stats.as_dict(), "weights_version": self.learner.weights_version,
                 "dropped_transitions": self.endpoint.dropped,
                 "frame_to_command_ms_p50": float(np.percentile(latencies, 50)) if latencies else None,
                 "command_latency_misses": self.ros_env.command_latency_misses}
@@ -112,8 +112,8 @@ class ActorNode(Node):
             self.get_logger().info(f"acting with weights v{self.learner.weights_version}")
         actor.start(seed=cfg.seed)
         while not stop.is_set() and rclpy.ok(context=self.context):
-            if (cfg.env_steps and actor.stats["steps"] >= cfg.env_steps) or (
-                    cfg.episodes and actor.stats["recorded"] >= cfg.episodes):
+            if (cfg.env_steps and actor.stats.steps >= cfg.env_steps) or (
+                    cfg.episodes and actor.stats.recorded >= cfg.episodes):
                 break
             for event in self.events.take():
                 was_paused = actor.paused
@@ -127,7 +127,7 @@ class ActorNode(Node):
                 self.publish_status()
             if result is not None and not result.dropped:
                 self.pub_step.publish(String(data=status_json(
-                    episode=actor.stats["episodes"] - (result.episode is not None), step=result.episode_step,
+                    episode=actor.stats.episodes - (result.episode is not None), step=result.episode_step,
                     reward=result.reward, episode_return=result.episode_return,
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
                     success=result.success)))

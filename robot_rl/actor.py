@@ -40,6 +40,7 @@ from robot_rl.envs import check_observation
 from robot_rl.reward.wrapper import OperatorOutcome
 from robot_rl.errors import InputError, TrainingError
 from robot_rl.runtime.learner import LearnerSetup, latest_only_kinds, learner_death, learner_main
+from robot_rl.runtime.run_state import ActorCounts
 from robot_rl.runtime.transport import PipeEndpoint, inprocess_pair, pipe_pair
 from robot_rl.runtime.wire import transition_arrays
 
@@ -198,19 +199,19 @@ class ActorLoop:
                  human: Callable[[dict], np.ndarray | None] | None = None, learner: LearnerClient | None = None,
                  recorder=None, keep: str = "all", arm_holds: Callable[[], str] | None = None,
                  observe_now: Callable[[], dict] | None = None, ground_truth: bool = True,
-                 log: Callable[[str], None] = print):
+                 stats: ActorCounts | None = None, log: Callable[[str], None] = print):
         """``observe_now``: a fresh raw observation without acting (after a pause; default: the
         last one stands, as in a simulator that does not move meanwhile). ``ground_truth``: the
         env reports the task's true success (a simulator), so each episode records whether it
-        was solved, whatever the reward said."""
+        was solved, whatever the reward said. ``stats``: the counts this loop counts into,
+        ``self.stats`` (default: new ones; ``robot-rl train`` gives its round's, ``RunState.start_round``)."""
         if keep not in ("all", "successes"):
             raise InputError(f"keep must be 'all' or 'successes', got {keep!r}")
         self.env = OperatorOutcome(env)
         self.observe, self.act, self.human = observe, act, human
         self.learner, self.recorder, self.keep = learner, recorder, keep
         self.arm_holds, self.observe_now, self.ground_truth, self.log = arm_holds, observe_now, ground_truth, log
-        self.stats = {"steps": 0, "episodes": 0, "successes": 0, "interventions": 0, "intervention_steps": 0,
-                      "recorded": 0, "rerecorded": 0, "dropped_arm_held": 0}
+        self.stats = stats if stats is not None else ActorCounts()  # counted here, nowhere else
         self.episodes: list[dict] = []  # one record per finished episode
         self.paused = False
         self.raw: dict | None = None
@@ -228,7 +229,7 @@ class ActorLoop:
     def _new_episode(self, seed: int | None = None) -> None:
         self._reset_due = False
         self.raw, _ = self.env.reset(seed=seed)
-        check_observation(self.raw, f"the env at reset (actor step {self.stats['steps']})")
+        check_observation(self.raw, f"the env at reset (actor step {self.stats.steps})")
         self._obs = self.observe(self.raw)
         for part in (self.act, self.human):
             reset = getattr(part, "reset", None)
@@ -241,11 +242,8 @@ class ActorLoop:
     def _finish_episode(self, info: dict) -> dict:
         success = bool(info["success"])
         tally = self._tally.summary()
-        self.stats["episodes"] += 1
-        self.stats["successes"] += success
-        self.stats["interventions"] += tally["interventions"]
-        self.stats["intervention_steps"] += tally["intervention_steps"]
-        record = {"steps": self.stats["steps"], "success": success,
+        self.stats.count_episode(success, tally["interventions"], tally["intervention_steps"])
+        record = {"steps": self.stats.steps, "success": success,
                   "ground_truth_solved": self._solved if self.ground_truth else None,
                   "reward_source": info.get("reward_source", "ground_truth"), "ended_by": self._end_request, **tally}
         if self.recorder is not None:
@@ -253,11 +251,11 @@ class ActorLoop:
                 self.recorder.discard()
             elif self.keep == "all" or success:
                 self.recorder.finish()
-                self.stats["recorded"] += 1
+                self.stats.recorded += 1
             else:
                 self.recorder.discard()
         if self._end_request == "rerecord":
-            self.stats["rerecorded"] += 1
+            self.stats.rerecorded += 1
         self.episodes.append(record)
         return record
 
@@ -294,7 +292,7 @@ class ActorLoop:
         action = human_action if human_action is not None else self.act(raw, obs)
         next_raw, reward, terminated, truncated, info = self.env.step(action)
         check_observation(next_raw, f"the env after step {self._tally.steps + 1} of its episode (actor step "
-                                    f"{self.stats['steps'] + 1})")
+                                    f"{self.stats.steps + 1})")
         held = self.arm_holds() if self.arm_holds is not None else ""
         if held:
             return self._drop_episode(held, reward, info)
@@ -310,7 +308,7 @@ class ActorLoop:
         if self.recorder is not None:
             self.recorder.step(action, next_raw, reward, terminated, truncated, success=bool(info["success"]),
                                is_intervention=by_human)
-        self.stats["steps"] += 1
+        self.stats.count_step()
         self._tally.add(reward, by_human)
         self._solved = self._solved or bool(info.get("ground_truth_success", info["success"]))
         result = StepResult(reward=float(reward), by_human=by_human, success=bool(info["success"]), info=info,
@@ -324,7 +322,7 @@ class ActorLoop:
     def _drop_episode(self, why: str, reward: float, info: dict) -> StepResult:
         self.log(f"the arm holds ({why}): dropping this episode ({self._tally.steps} steps); the next starts when the arm "
                  f"takes commands")
-        self.stats["dropped_arm_held"] += 1
+        self.stats.dropped_arm_held += 1
         if self.recorder is not None:
             self.recorder.discard()
         steps = self._tally.steps

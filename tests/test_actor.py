@@ -103,7 +103,7 @@ def test_the_humans_action_is_executed_flagged_and_counted_as_one_takeover():
     assert recorded["is_intervention"][:8].tolist() == [False, False, True, True, True, False, False, False]
     np.testing.assert_array_equal(recorded["action"][2:5], np.stack([human_action] * 3))
     assert (episode["interventions"], episode["intervention_steps"], episode["episode_steps"]) == (1, 3, 8)
-    assert loop.stats["interventions"] == 1 and loop.stats["intervention_steps"] == 3
+    assert loop.stats.interventions == 1 and loop.stats.intervention_steps == 3
 
 
 def test_operator_events_end_episodes_with_their_outcome_or_drop_the_recording():
@@ -120,7 +120,7 @@ def test_operator_events_end_episodes_with_their_outcome_or_drop_the_recording()
     loop.handle("rerecord")
     result = loop.step()
     assert result.episode["ended_by"] == "rerecord" and not result.episode["success"]
-    assert len(sink.episodes) == 1 and loop.stats["rerecorded"] == 1  # dropped from the recording
+    assert len(sink.episodes) == 1 and loop.stats.rerecorded == 1  # dropped from the recording
 
     loop.handle("pause")
     assert loop.step() is None and loop.step() is None
@@ -139,9 +139,9 @@ def test_an_episode_the_arm_held_is_dropped_and_the_next_one_starts():
     loop.step()
     holding["now"] = "estop"
     result = loop.step()
-    assert result.dropped and loop.stats["dropped_arm_held"] == 1 and loop.stats["steps"] == 1
+    assert result.dropped and loop.stats.dropped_arm_held == 1 and loop.stats.steps == 1
     assert sink.episodes == [] and "the arm holds (estop): dropping this episode (1 steps)" in logged[0]
     holding["now"] = ""
     result = loop.step()
     assert result.episode_step == 1  # a new episode
-    assert loop.stats["episodes"] == 0
+    assert loop.stats.episodes == 0

@@ -5,43 +5,36 @@ import json
 
 import numpy as np
 
-from robot_rl.actor import EpisodeTally, StepResult
+from robot_rl.actor import EpisodeTally
 from robot_rl.commands.cli import main
 from robot_rl.commands.report import _cycle_time_lines
-from robot_rl.commands.train import (TrainConfig, count_episode, count_step, cycle_time, intervention_rate_last,
-                                     per_block, start_round, train)
+from robot_rl.commands.train import TrainConfig, cycle_time, train
 from robot_rl.rollout import evaluate, steps_to_success
+from robot_rl.runtime.run_state import RunState
 
 
-class NoLogger:
-    def scalar(self, name, value, step):
-        pass
-
-
-def play(actor_state: dict, cfg: TrainConfig, episodes: list[list[bool]]) -> list[bool]:
-    """Feed episodes (each a list of per-step human flags) through the trainer's tallies as
-    ``_train`` does; returns every env step's flag."""
+def play(run: RunState, cfg: TrainConfig, episodes: list[list[bool]]) -> list[bool]:
+    """Feed episodes (each a list of per-step human flags) through the run's tallies as ``_train``
+    and its ``ActorLoop`` do (the loop counts into the round's counts); returns every env step's flag."""
     rng = np.random.default_rng(0)
-    flags = []
+    flags, counts = [], run.round.counts
     for human in episodes:
         tally = EpisodeTally()
         for k, by_human in enumerate(human, start=1):
             tally.add(0.0, by_human)
-            step = actor_state["env_steps"] = actor_state["env_steps"] + 1
-            count_step(actor_state, StepResult(reward=0.0, by_human=by_human, success=False, info={}, episode_step=k,
-                                               episode_return=0.0), step)
+            counts.count_step()
+            run.count_step(by_human, k)
             flags.append(by_human)
         success = bool(rng.random() < 0.5)
-        count_episode(actor_state, {"success": success, "ground_truth_solved": not success, **tally.summary()}, cfg,
-                      NoLogger(), actor_state["env_steps"])
+        counts.count_episode(success, tally.interventions, tally.intervention_steps)
+        run.count_episode({"success": success, "ground_truth_solved": not success, **tally.summary()})
     return flags
 
 
-def fresh_state(cfg: TrainConfig) -> dict:
-    state = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "interventions": 0, "intervention_steps": 0,
-             "episode_interventions": [], "train_episodes": [], "human_stretches": [], "rounds": []}
-    start_round(state, cfg, None)
-    return state
+def fresh_state(cfg: TrainConfig) -> RunState:
+    run = RunState()
+    run.start_round(None, cfg.human_eagerness, cfg.reward_classifier)
+    return run
 
 
 def test_per_block_figures_agree_with_the_episodes_and_every_step():
@@ -54,21 +47,21 @@ def test_per_block_figures_agree_with_the_episodes_and_every_step():
     episodes = [list(rng.random(n) < 0.4) for n in rng.integers(3, 17, size=12)]
     episodes[3][-1] = episodes[4][0] = True  # the human drives across an episode's end
     flags = play(state, cfg, episodes)
-    end = state["env_steps"]
-    rows = per_block(state, human=True, size=10)
+    end = state.env_steps
+    rows = state.per_block(human=True, size=10)
     assert [r["env_step_range"] for r in rows] == [[lo, min(lo + 10, end)] for lo in range(0, end, 10)]
     starts, ends, k = [], [], 0  # brute force: each step's flag, each takeover's first step, each episode's end
     for human in episodes:
         starts += [k + i + 1 for i, h in enumerate(human) if h and (i == 0 or not human[i - 1])]
         k += len(human)
         ends.append(k)
-    per_episode = state["episode_interventions"]
+    per_episode = state.episode_interventions
     for row in rows:
         lo, hi = row["env_step_range"]
         assert row["intervention_steps"] == sum(flags[lo:hi])
         assert row["intervention_rate"] == round(sum(flags[lo:hi]) / (hi - lo), 4)
         assert row["interventions"] == sum(lo < s <= hi for s in starts)
-        ended = [e for e in state["train_episodes"] if lo < e[0] <= hi]
+        ended = [e for e in state.train_episodes if lo < e[0] <= hi]
         assert row["episodes"] == len(ended) == sum(lo < e <= hi for e in ends)
         if ended:
             assert row["success_rate"] == round(np.mean([e[1] for e in ended]), 4)
@@ -76,12 +69,12 @@ def test_per_block_figures_agree_with_the_episodes_and_every_step():
         else:
             assert row["success_rate"] is row["ground_truth_solved_rate"] is None
     # the run ends at an episode's end: the blocks hold exactly the episodes' takeovers and human steps
-    assert sum(r["interventions"] for r in rows) == sum(e[1] for e in per_episode) == state["interventions"]
+    assert sum(r["interventions"] for r in rows) == sum(e[1] for e in per_episode) == state.totals.interventions
     assert sum(r["intervention_steps"] for r in rows) == sum(e[2] for e in per_episode) == sum(flags)
-    assert sum(r["episodes"] for r in rows) == len(episodes) == state["rounds"][-1]["episodes"]
-    assert intervention_rate_last(state, 20) == round(sum(flags[-20:]) / 20, 4)
-    assert intervention_rate_last(state, 10_000) == round(sum(flags) / end, 4)  # a shorter run: all its steps
-    assert "interventions" not in per_block(state, human=False, size=10)[0]  # no human, no human columns
+    assert sum(r["episodes"] for r in rows) == len(episodes) == state.round.counts.episodes == state.totals.episodes
+    assert state.intervention_rate_last(20) == round(sum(flags[-20:]) / 20, 4)
+    assert state.intervention_rate_last(10_000) == round(sum(flags) / end, 4)  # a shorter run: all its steps
+    assert "interventions" not in state.per_block(human=False, size=10)[0]  # no human, no human columns
 
 
 def test_progress_line_states_the_human_takeovers_and_recent_share(tmp_path, capsys):
@@ -131,9 +124,10 @@ def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clo
 
     demos = steps_to_success([20, 30, 99], [True, True, False])  # a failed take in the store is not counted
     assert demos == {"steps_to_success": 25.0, "successful_episodes": 2}
-    state = {"evals": [evaluation(0, [30, 50, 90, 90], [True, True, False, False]),
-                       evaluation(100, [25, 90], [True, False]), evaluation(200, [19, 21, 20], [True, True, True])],
-             "demo_steps_to_success": demos["steps_to_success"], "demo_successful_episodes": 2, "demo_episodes": 3}
+    state = RunState(evals=[evaluation(0, [30, 50, 90, 90], [True, True, False, False]),
+                            evaluation(100, [25, 90], [True, False]),
+                            evaluation(200, [19, 21, 20], [True, True, True])],
+                     demo_steps_to_success=demos["steps_to_success"], demo_successful_episodes=2, demo_episodes=3)
     cycle = cycle_time(state)
     assert cycle == {"final_steps_to_success": 20.0, "clone_steps_to_success": 40.0, "demo_steps_to_success": 25.0,
                      "final_vs_demos": 0.8, "final_vs_clone": 0.5, "target_final_vs_demos": 0.7,
@@ -144,16 +138,14 @@ def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clo
     assert "| demonstrations | 25.00 | 2 of 3 |" in lines and "| final policy | 20.00 | 3 of 3 |" in lines
     assert "final vs demonstrations: 0.8x** (target <= 0.7x: not met)" in lines
     # no successful final episode, no step-0 evaluation (a run resumed from before it), no demonstrations: null
-    none = cycle_time({"evals": [evaluation(100, [25], [True]), evaluation(200, [90, 90], [False, False])],
-                       "demo_steps_to_success": None, "demo_successful_episodes": 0, "demo_episodes": 0})
+    none = cycle_time(RunState(evals=[evaluation(100, [25], [True]), evaluation(200, [90, 90], [False, False])]))
     assert none["final_steps_to_success"] is none["clone_steps_to_success"] is none["demo_steps_to_success"] is None
     assert none["final_vs_demos"] is none["final_vs_clone"] is None
     assert none["successful_episodes"] == {"final": 0, "clone": None, "demos": 0}
     assert json.loads(json.dumps(none, allow_nan=False)) == none
     lines = "\n".join(_cycle_time_lines(none))
     assert "| cloned base (step-0 evaluation) | - | - |" in lines and "(target <= 0.7x: no figure)" in lines
-    assert cycle_time({"evals": [], "demo_steps_to_success": None, "demo_successful_episodes": 0,
-                       "demo_episodes": 0})["final_steps_to_success"] is None
+    assert cycle_time(RunState())["final_steps_to_success"] is None
 
 
 def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):

@@ -34,7 +34,7 @@ from robot_rl.runtime.checkpoint import (CheckpointError, check_compatible, chec
                                          list_checkpoints, read_agent_config, read_state, resolve_checkpoint)
 from robot_rl.runtime import progress
 from robot_rl.runtime.learner import LearnerSetup, NonFiniteLoss
-from robot_rl.runtime.logging import human_steps_in
+from robot_rl.runtime.run_state import RunState
 from robot_rl.runtime.wire import transition_arrays
 
 
@@ -183,10 +183,6 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
     is used as given. A resume to fewer env steps than the run has done is refused. A run that
     stops after its first update writes a checkpoint first where it can (on SIGTERM / SIGINT, an
     env that hangs or fails); one that fails before its first checkpoint removes its run folder."""
-    actor_state: dict = {"env_steps": 0, "episodes": 0, "evals": [], "train_successes": [], "demo_episodes": 0,
-                         "demo_steps_to_success": None, "demo_successful_episodes": 0,
-                         "interventions": 0, "intervention_steps": 0, "episode_interventions": [],
-                         "train_episodes": [], "human_stretches": [], "rounds": []}
     resume_from = None
     if resume:
         ckpt = resolve_checkpoint(Path(resume))
@@ -198,18 +194,17 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
                 log(f"resume: {key} = {new!r} as given (the run's own: {old!r})")
         else:
             refuse_changes_kept_on_resume(saved_cfg, json.loads(json.dumps(dataclasses.asdict(cfg))), ckpt)
-        actor_state.update({k: saved[k] for k in actor_state if k in saved})
-        if cfg.env_steps < actor_state["env_steps"]:
-            raise InputError(f"--steps {cfg.env_steps}: checkpoint {ckpt} is at env step {actor_state['env_steps']} "
-                             f"already, so there is nothing to do; give --steps above {actor_state['env_steps']} to "
-                             "train on")
+        run = RunState.from_json(saved, ckpt / "state.json")
+        if cfg.env_steps < run.env_steps:
+            raise InputError(f"--steps {cfg.env_steps}: checkpoint {ckpt} is at env step {run.env_steps} "
+                             f"already, so there is nothing to do; give --steps above {run.env_steps} to train on")
         resume_from = str(ckpt)
         run_dir = Path(cfg.run_dir) if cfg.run_dir else ckpt.parent.parent
-        log(f"resuming {run_dir} from {ckpt.name} at env step {actor_state['env_steps']}")
+        log(f"resuming {run_dir} from {ckpt.name} at env step {run.env_steps}")
     else:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         run_dir = new_run_dir(cfg)
-        actor_state["demo_episodes"] = cfg.demos
+        run = RunState(demo_episodes=cfg.demos)
     check_train_config(cfg)
     cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
     created = not run_dir.exists()
@@ -218,16 +213,16 @@ def train(cfg: TrainConfig | None = None, resume: str | None = None, log=_print,
         if resume_from:
             clean_leftovers(run_dir)  # this process now writes the run's checkpoints
         record_config(run_dir, cfg, resume_from)
-        start_round(actor_state, cfg, resume_from)
+        run.start_round(resume_from, cfg.human_eagerness, cfg.reward_classifier)
         with StopSignals() as stop:
-            return _train(cfg, run_dir, resume_from, actor_state, stop, log)
+            return _train(cfg, run_dir, resume_from, run, stop, log)
     except BaseException:
         if created and not list_checkpoints(run_dir):  # nothing worth keeping was written
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
 
-def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state: dict, stop: StopSignals,
+def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunState, stop: StopSignals,
            log) -> dict:
     from robot_rl.runtime.logging import RunLogger
 
@@ -251,7 +246,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
     def checkpoint(step: int) -> None:
         name = f"step_{step:09d}"
         previous = learner.last_checkpoint
-        learner.send("checkpoint", meta={"name": name, "actor_state": actor_state})
+        learner.send("checkpoint", meta={"name": name, "actor_state": run.to_json()})
         wait_for(learner, lambda: learner.last_checkpoint != previous, "write a checkpoint")
         log(f"checkpoint {name} saved (env step {step})")
 
@@ -259,11 +254,11 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         result = evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000,
                           log=log if cfg.progress else None)
         source = getattr(eval_env.unwrapped, "success_source", None)
-        if source and actor_state.get("success_source") != source:  # a Gymnasium env: what said success
-            actor_state["success_source"] = source
+        if source and run.success_source != source:  # a Gymnasium env: what said success
+            run.success_source = source
             log(f"evaluation: success is the env's {source}")
-        record_eval(actor_state, result, step,
-                    logger, log)
+        run.record_eval(result, step)
+        log_eval(result, step, logger, log)
 
     waiting = progress.WaitLines("train", log=log, every_s=progress.EVERY_S, last_line=lambda: logger.last_line_at)
 
@@ -271,14 +266,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         """While a foreign env's reset or step waits: a stop abandons it; lines keep coming meanwhile."""
         if stop.signum is not None:
             raise StopWaiting
-        waiting.tick(f"env {cfg.env}'s {what} at env step {actor_state['env_steps']}", waited_s,
+        waiting.tick(f"env {cfg.env}'s {what} at env step {run.env_steps}", waited_s,
                      cfg.env_timeout_s or None)
 
     for each in (cell, eval_env):
         if hasattr(each.unwrapped, "watch"):
             each.unwrapped.watch(env_waits)
 
-    step = actor_state["env_steps"]
+    step = run.env_steps
     checkpointed_at = step if resume_from else None  # a resumed run's state at this step is saved already
 
     def stopped() -> TrainingInterrupted:
@@ -298,7 +293,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
 
     try:
         if not resume_from:
-            send_demos(cfg, cell, env, learner, actor_state, log)
+            send_demos(cfg, cell, env, learner, run, log)
         learner.send("begin")
         wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
         if not resume_from:
@@ -306,41 +301,40 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, actor_state
         random_until = cfg.random_action_steps(cfg.has_demos)
 
         def act(raw: dict, obs: dict) -> np.ndarray:
-            return env.action_space.sample() if actor_state["env_steps"] < random_until else policy.act(obs)
+            return env.action_space.sample() if run.env_steps < random_until else policy.act(obs)
 
         loop = ActorLoop(cell, env.observation, act, human=make_human(cfg, cell), learner=learner,
-                         recorder=training_recorder(cfg, cell, run_dir), log=log)
+                         recorder=training_recorder(cfg, cell, run_dir), stats=run.round.counts, log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
         while step < cfg.env_steps:
             if stop.signum is not None:
                 raise stopped()
             wait_for_learner(learner, cfg, step)
-            result = loop.step()
-            step += 1
-            actor_state["env_steps"] = step
-            count_step(actor_state, result, step)
+            result = loop.step()  # counts the step, and the episode when it ends, into run.round.counts
+            step = run.env_steps
+            run.count_step(result.by_human, result.episode_step)
             if result.episode is not None:
-                count_episode(actor_state, result.episode, cfg, logger, step)
+                run.count_episode(result.episode)
+                log_episode(run, result.episode, logger, step)
             if step % cfg.eval_every == 0 or step == cfg.env_steps:
                 evaluation(step, cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes)
             reached = (cfg.stop_at_success is not None and step % cfg.eval_every == 0
-                       and actor_state["evals"][-1]["success_rate"] >= cfg.stop_at_success)
+                       and run.evals[-1]["success_rate"] >= cfg.stop_at_success)
             if (step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached
                     or time.monotonic() - last_checkpoint_t >= cfg.checkpoint_every_s):
                 checkpoint(step)
                 last_checkpoint_t, checkpointed_at = time.monotonic(), step
-            logger.progress(step, actor_state, learner.status)
+            logger.progress(step, run, learner.status)
             if reached:
-                log(f"step {step}: success {actor_state['evals'][-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
+                log(f"step {step}: success {run.evals[-1]['success_rate']:.2f} >= {cfg.stop_at_success}, stopping")
                 break
-        this_round = actor_state["rounds"][-1]["env_step_range"]
-        if resume_from and this_round[0] == step and (run_dir / "summary.json").is_file():
+        if resume_from and run.round.first_step == step and (run_dir / "summary.json").is_file():
             log(f"nothing to do: {run_dir} is at env step {step} of {cfg.env_steps}; its summary.json stays as it was")
             return json.loads((run_dir / "summary.json").read_text())
-        summary = make_summary(cfg, actor_state, learner, run_dir, resume_from)
+        summary = make_summary(cfg, run, learner, run_dir, resume_from)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        logger.plot_curve(actor_state["evals"], cfg, summary["per_1000_steps"])
+        logger.plot_curve(run.evals, cfg, summary["per_1000_steps"])
         return summary
     except StopWaiting:  # a stop came while the env hung: the call is abandoned, the step it was in is not counted
         raise stopped() from None
@@ -399,7 +393,7 @@ def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
     return EpisodeRecorder(store, clock=lambda: next(ticks) / cell.unwrapped.limits.control_hz)
 
 
-def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerClient, actor_state: dict,
+def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerClient, run: RunState,
                log) -> None:
     """The demonstrations to the learner's demo buffer: from a store, or recorded now by the scripted expert."""
     def send_demo(transition: Transition) -> None:
@@ -409,7 +403,7 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
         from robot_rl.data.demos import load_demos
 
         info = load_demos(cfg.demo_store, env, task_name(cfg), send_demo, cfg.demo_map)
-        actor_state["demo_steps"], actor_state["demo_episodes"] = info["steps"], info["episodes"]
+        episodes = info["episodes"]
         log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
     elif cfg.demos:
         expert = None
@@ -419,60 +413,30 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
             expert = ScriptedExpert(cell)
         info = collect_demos(cell, env.observation, cfg.task, cfg.demos, send_demo, seed=10_000 + 1000 * cfg.seed,
                              noise=cfg.demo_noise, expert=expert)
-        actor_state["demo_steps"] = info["steps"]
+        episodes = None  # as asked: cfg.demos
         log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
     else:
         return  # no demonstrations: no steps to success of theirs
     cycle = steps_to_success(info["episode_steps"], info["episode_success"])
-    actor_state["demo_steps_to_success"] = cycle["steps_to_success"]
-    actor_state["demo_successful_episodes"] = cycle["successful_episodes"]
+    run.record_demos(info["steps"], cycle["steps_to_success"], cycle["successful_episodes"], episodes)
 
 
-CLASSIFIER_OUTCOMES = ("true_positive", "false_positive", "false_negative", "true_negative")
+def log_episode(run: RunState, episode: dict, logger, step: int) -> None:
+    """A finished training episode's scalars: the classifier's false positives so far (with a
+    classifier's reward, which a policy learns to exploit) and, with a human, its takeovers and share."""
+    if run.round.classifier_episodes is not None:
+        logger.scalar("train/classifier_false_positive_episodes", run.classifier_total()["false_positive"], step)
+    if run.round.human_eagerness > 0:
+        logger.scalar("train/interventions_per_episode", episode["interventions"], step)
+        logger.scalar("train/intervention_rate", episode["intervention_steps"] / max(episode["episode_steps"], 1), step)
 
 
-def start_round(actor_state: dict, cfg: TrainConfig, resume_from: str | None) -> None:
-    """A start or resume of the run opens a round: its own step range, wall time and tallies, kept
-    in the checkpoints' state so that summary.json can state each round and the run's totals."""
-    step = actor_state["env_steps"]
-    this = {"resumed_from": resume_from, "started_at": time.time(), "env_step_range": [step, step], "wall_s": 0.0,
-            "episodes": 0, "interventions": 0, "intervention_steps": 0, "human_eagerness": cfg.human_eagerness}
-    if cfg.reward_classifier:
-        this.update(reward_classifier=cfg.reward_classifier, classifier_episodes=dict.fromkeys(CLASSIFIER_OUTCOMES, 0))
-    actor_state["rounds"].append(this)
-
-
-def touch_round(actor_state: dict) -> None:
-    """The current round's step range and wall time up to now (a checkpoint carries them as they were)."""
-    this = actor_state["rounds"][-1]
-    this["env_step_range"][1] = actor_state["env_steps"]
-    this["wall_s"] = round(time.time() - this["started_at"], 1)
-
-
-def count_step(actor_state: dict, result, step: int) -> None:
-    """Each env step (``ActorLoop``'s ``StepResult``): the round's clock, and the human's stretches at
-    the controls, one per takeover as ``EpisodeTally`` counts them (a new episode starts a new one),
-    so the figures per block of env steps are exact however episodes straddle the blocks."""
-    touch_round(actor_state)
-    if result.by_human:
-        stretches = actor_state["human_stretches"]
-        if stretches and stretches[-1][1] == step - 1 and result.episode_step > 1:
-            stretches[-1][1] = step
-        else:
-            stretches.append([step, step])
-
-
-def count_episode(actor_state: dict, episode: dict, cfg: TrainConfig, logger, step: int) -> None:
-    """A finished training episode (``ActorLoop``'s record) into the run's tallies."""
-    actor_state["episodes"] += 1
-    actor_state["rounds"][-1]["episodes"] += 1
-    actor_state["train_successes"].append(episode["success"])
-    actor_state["train_episodes"].append([step, episode["success"], episode["ground_truth_solved"]])
-    if cfg.reward_classifier:
-        count_classifier_outcome(actor_state, episode["success"], episode["ground_truth_solved"], logger, step)
-    if cfg.human_eagerness > 0:
-        count_interventions(actor_state, episode["interventions"], episode["intervention_steps"],
-                            episode["episode_steps"], logger, step)
+def log_eval(result: dict, step: int, logger, log) -> None:
+    logger.scalar("eval/success_rate", result["success_rate"], step)
+    logger.scalar("eval/episode_length", result["episode_length"], step)
+    if result.get("steps_to_success") is not None:
+        logger.scalar("eval/steps_to_success", result["steps_to_success"], step)
+    log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
 
 
 def make_human(cfg: TrainConfig, cell=None):
@@ -493,43 +457,6 @@ def make_human(cfg: TrainConfig, cell=None):
     return SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.human_eagerness,
                                                          takeover_steps=cfg.human_takeover_steps,
                                                          max_takeovers=cfg.human_max_takeovers), seed=cfg.seed)
-
-
-def count_interventions(actor_state: dict, takeovers: int, human_steps: int, length: int, logger, step: int) -> None:
-    """Per episode: how often the human took over and what share of its steps it drove."""
-    for tally in (actor_state, actor_state["rounds"][-1]):
-        tally["interventions"] += takeovers
-        tally["intervention_steps"] += human_steps
-    actor_state["episode_interventions"].append([step, takeovers, human_steps, length])
-    logger.scalar("train/interventions_per_episode", takeovers, step)
-    logger.scalar("train/intervention_rate", human_steps / max(length, 1), step)
-
-
-def count_classifier_outcome(actor_state: dict, said: bool, truth: bool, logger, step: int) -> None:
-    """Training episodes graded by the classifier against the sim's ground truth (did the task
-    get solved at any step): a false positive pays the policy for a failure, which is what a
-    policy learns to exploit."""
-    key = {(True, True): "true_positive", (True, False): "false_positive",
-           (False, True): "false_negative", (False, False): "true_negative"}[said, truth]
-    actor_state["rounds"][-1]["classifier_episodes"][key] += 1
-    logger.scalar("train/classifier_false_positive_episodes",
-                  classifier_total(actor_state["rounds"])["false_positive"], step)
-
-
-def classifier_total(rounds: list[dict]) -> dict | None:
-    """The run's classifier tally: the sum over the rounds trained on a classifier's reward (None: none was)."""
-    tallies = [r["classifier_episodes"] for r in rounds if "classifier_episodes" in r]
-    return {k: sum(t[k] for t in tallies) for k in CLASSIFIER_OUTCOMES} if tallies else None
-
-
-def record_eval(actor_state: dict, result: dict, step: int, logger, log) -> None:
-    actor_state["evals"].append({"env_steps": step, **result})
-    touch_round(actor_state)  # the checkpoint after the final evaluation counts its time
-    logger.scalar("eval/success_rate", result["success_rate"], step)
-    logger.scalar("eval/episode_length", result["episode_length"], step)
-    if result.get("steps_to_success") is not None:
-        logger.scalar("eval/steps_to_success", result["steps_to_success"], step)
-    log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
 
 
 def final_figure(evaluation: dict, success_source: str | None = None) -> dict:
@@ -555,87 +482,52 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 3) if numerator is not None and denominator else None
 
 
-def cycle_time(actor_state: dict) -> dict:
+def cycle_time(run: RunState) -> dict:
     """The cycle time (mean steps to success over successful episodes only, as each evaluation and
     the demonstrations record it) of the final policy, against the demonstrations' and the cloned
     base's (the evaluation at env step 0, before any online update); None where there is no such
     figure (no successful episode, no step-0 evaluation, no demonstrations)."""
-    evals = actor_state["evals"]
+    evals = run.evals
     final = evals[-1] if evals else {}
     clone = evals[0] if evals and evals[0]["env_steps"] == 0 else {}
     final_steps, clone_steps = final.get("steps_to_success"), clone.get("steps_to_success")
-    demo_steps = actor_state["demo_steps_to_success"]
+    demo_steps = run.demo_steps_to_success
     return {"final_steps_to_success": final_steps, "clone_steps_to_success": clone_steps,
             "demo_steps_to_success": demo_steps, "final_vs_demos": ratio(final_steps, demo_steps),
             "final_vs_clone": ratio(final_steps, clone_steps), "target_final_vs_demos": CYCLE_TIME_TARGET,
             "successful_episodes": {"final": final.get("successful_episodes"),
                                     "clone": clone.get("successful_episodes"),
-                                    "demos": actor_state["demo_successful_episodes"]},
+                                    "demos": run.demo_successful_episodes},
             "episodes": {"final": final.get("episodes"), "clone": clone.get("episodes"),
-                         "demos": actor_state["demo_episodes"]}}
+                         "demos": run.demo_episodes}}
 
 
-def per_block(actor_state: dict, human: bool, size: int = 1000) -> list[dict]:
-    """The run per block of ``size`` env steps (lo, hi]: the training episodes that ended in it and
-    their success (as the run's reward said, and by the sim's ground truth when recorded) and, with
-    a ``human``, its takeovers (counted where each began) and its share of the block's env steps."""
-    end, stretches = actor_state["env_steps"], actor_state["human_stretches"]
-    rows = []
-    for lo in range(0, end, size):
-        hi = min(lo + size, end)
-        ended = [e for e in actor_state["train_episodes"] if lo < e[0] <= hi]
-        solved = [e[2] for e in ended if e[2] is not None]
-        row = {"env_step_range": [lo, hi], "episodes": len(ended),
-               "success_rate": round(sum(e[1] for e in ended) / len(ended), 4) if ended else None,
-               "ground_truth_solved_rate": round(sum(solved) / len(solved), 4) if solved else None}
-        if human:
-            human_steps = human_steps_in(stretches, lo, hi)
-            row.update(interventions=sum(lo < first <= hi for first, _ in stretches), intervention_steps=human_steps,
-                       intervention_rate=round(human_steps / (hi - lo), 4))
-        rows.append(row)
-    return rows
-
-
-def intervention_rate_last(actor_state: dict, window: int) -> float | None:
-    """The share of the run's last ``window`` env steps (all of them in a shorter run) under human control."""
-    end = actor_state["env_steps"]
-    n = min(end, window)
-    return round(human_steps_in(actor_state["human_stretches"], end - n, end) / n, 4) if n else None
-
-
-def make_summary(cfg: TrainConfig, actor_state: dict, learner: LearnerClient, run_dir: Path,
+def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_dir: Path,
                  resume_from: str | None = None) -> dict:
     """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in ``rounds``."""
-    evals = actor_state["evals"]
-    touch_round(actor_state)
-    rounds = actor_state["rounds"]
-    human = any(r["human_eagerness"] > 0 for r in rounds) or bool(actor_state["human_stretches"])
+    evals, rounds, human = run.evals, run.rounds, run.human
+    run.round.touch()
     return {
-        "task": task_name(cfg), "env": cfg.env, "obs": cfg.obs, "backend": cfg.backend, "demos": actor_state["demo_episodes"], "demo_store": cfg.demo_store,
-        "env_steps": actor_state["env_steps"], "episodes": actor_state["episodes"],
+        "task": task_name(cfg), "env": cfg.env, "obs": cfg.obs, "backend": cfg.backend, "demos": run.demo_episodes, "demo_store": cfg.demo_store,
+        "env_steps": run.env_steps, "episodes": run.totals.episodes,
         "updates": learner.status.get("updates", 0),
         "demo_source": demo_source(cfg),
         # the run's one final figure: its last evaluation (ground truth), with its episodes and seeds
-        "final": final_figure(evals[-1], actor_state.get("success_source")) if evals else None,
-        "success_source": actor_state.get("success_source", "sim ground truth"),
+        "final": final_figure(evals[-1], run.success_source) if evals else None,
+        "success_source": run.success_source or "sim ground truth",
         "final_success_rate": evals[-1]["success_rate"] if evals else None,
         "final_eval_episodes": evals[-1]["episodes"] if evals else 0,
         "steps_to_90": steps_to(evals, 0.9), "steps_to_95": steps_to(evals, 0.95),
-        "cycle_time": cycle_time(actor_state),
-        "train_wall_s": round(sum(r["wall_s"] for r in rounds), 1),
+        "cycle_time": cycle_time(run),
+        "train_wall_s": round(sum(r.wall_s for r in rounds), 1),
         "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
-        "classifier_episodes": classifier_total(rounds),
-        "human_eagerness": cfg.human_eagerness, "interventions": actor_state["interventions"],
-        "intervention_steps": actor_state["intervention_steps"],
-        "intervention_rate_last_2000": intervention_rate_last(actor_state, 2000) if human else None,
-        "rounds": [round_summary(r) for r in rounds],
-        "per_1000_steps": per_block(actor_state, human),
-        "episode_interventions": actor_state["episode_interventions"], "evals": evals,
+        "classifier_episodes": run.classifier_total(),
+        "human_eagerness": cfg.human_eagerness, "interventions": run.totals.interventions,
+        "intervention_steps": run.totals.intervention_steps,
+        "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,
+        "rounds": [r.summary() for r in rounds],
+        "per_1000_steps": run.per_block(human),
+        "episode_interventions": run.episode_interventions, "evals": evals,
     }
 
-
-def round_summary(this: dict) -> dict:
-    """A round as summary.json states it: when it started as a local time, not Unix seconds."""
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(this["started_at"]))
-    return {"started": started, **{k: v for k, v in this.items() if k != "started_at"}}

@@ -8,10 +8,14 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from robot_rl.runtime.progress import ProgressLines
+
+if TYPE_CHECKING:
+    from robot_rl.runtime.run_state import RunState
 
 
 class RunLogger:
@@ -41,7 +45,7 @@ class RunLogger:
     def scalar(self, name: str, value: float, step: int) -> None:
         self.writer.add_scalar(name, value, step)
 
-    def progress(self, step: int, actor_state: dict, status: dict) -> None:
+    def progress(self, step: int, run: RunState, status: dict) -> None:
         if self.lines and self._lines is None:
             self._lines = ProgressLines("train", self.total, first=step - 1)
             self._last_logged = step - 1  # a resumed run's first line comes after its own 100 steps
@@ -49,20 +53,19 @@ class RunLogger:
         if step - self._last_logged < 100 and step != self.total and not overdue:
             return
         self._last_logged = step
-        recent = actor_state["train_successes"][-20:]
+        recent = run.recent_successes(20)
         train_success = float(np.mean(recent)) if recent else 0.0
         self.scalar("train/success_rate_last20", train_success, step)
         for key, value in status.get("metrics", {}).items():
             self.scalar(f"learner/{key}", value, step)
         self.scalar("learner/updates", status.get("updates", 0), step)
-        evals = actor_state["evals"]
+        evals = run.evals
         figures = {"train success (last 20)": f"{train_success:.2f}"}
         if evals:
             figures["latest eval"] = f"{evals[-1]['success_rate']:.2f}"
         figures["updates"] = status.get("updates", 0)
-        rounds = actor_state.get("rounds")
-        if rounds and rounds[-1]["human_eagerness"] > 0:
-            stretches, window = actor_state["human_stretches"], min(step, 1000)
+        if run.round.human_eagerness > 0:
+            stretches, window = run.human_stretches, min(step, 1000)
             share = human_steps_in(stretches, step - window, step) / max(window, 1)
             figures["human"] = f"{len(stretches)} takeovers, {share:.0%} of the last {window} steps"
         if self.bar is not None:
