@@ -26,7 +26,7 @@ from robot_rl.drivers.ros_transport import learner_endpoint
 from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, latest_checkpoint, list_checkpoints,
                                          load_agent, read_agent_config, write_checkpoint)
-from robot_rl.runtime.learner import Learner, build_learner
+from robot_rl.runtime.learner import Learner, build_learner, lower_priority
 from robot_rl.agent_setup import agent_config_for
 from robot_rl.config import LearnerNodeConfig, write_config_json
 
@@ -55,6 +55,7 @@ class LearnerNode(Node):
         cfg, task = apply_task_file(declare_config(self, LearnerNodeConfig))
         self.cfg = cfg
         torch.set_num_threads(cfg.torch_threads)
+        lower_priority(cfg.priority)  # below the arm, the cameras and the actor: they keep their slots
         torch.manual_seed(cfg.seed)
         self.env = spec_env(task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
         self.run_dir = Path(cfg.run_dir)

@@ -485,6 +485,9 @@ class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
                                  "while the learner node uses a GPU), auto, cuda, cuda:N or mps")
 
 
+LEARNER_PRIORITIES = ("idle", "low", "normal")
+
+
 @dataclass
 class LearnerNodeConfig(TaskFileConfig, LearningConfig, PolicyConfig, CellConfig):
     """``learner_node``: SAC/RLPD updates from the actors' transitions."""
@@ -495,6 +498,9 @@ class LearnerNodeConfig(TaskFileConfig, LearningConfig, PolicyConfig, CellConfig
     checkpoint_every_s: float = setting(60.0, "seconds between checkpoints (and one on shutdown)")
     keep_checkpoints: int = setting(3, "checkpoints kept in run_dir")
     torch_threads: int = setting(1, "torch CPU threads")
+    priority: str = setting("idle", "the learner's CPU priority beside the control path on a one-PC cell: idle "
+                                    "(SCHED_IDLE: only the time the arm, cameras and actor leave), low (niceness 10) "
+                                    "or normal (robot-rl bench ros measures each)", choices=LEARNER_PRIORITIES)
 
 
 # ------------------------------------------------------------------ checking and reading values

@@ -31,6 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.config import LEARNER_PRIORITIES, LearnerNodeConfig
+
+from robot_rl import bench
+
 FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300)
 QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60)
 THROUGHPUT_IMAGE = 128
@@ -77,7 +81,11 @@ def _policy(kind: str, size: int):
     return SACAgent(config)
 
 
-def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_latency_ms: float) -> dict:
+def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_latency_ms: float,
+                 learner_priority: str | None = None) -> dict:
+    """The actor's control loop over the arm and camera nodes; with ``learner_priority`` a learner
+    trains beside it at that priority the whole time (figures suffixed ``_with_learner_<priority>``),
+    as on a one-PC cell."""
     import rclpy
     from rclpy.node import Node
 
@@ -93,6 +101,12 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
     procs = [_start("robot_rl.drivers.arm_node", {"seed": 1}, domain, log_dir, f"arm_{kind}")]
     procs += [_start("robot_rl.drivers.camera_node", {"name": c, "height": size, "width": size}, domain, log_dir,
                      f"camera_{c}_{kind}") for c in cameras]
+    learner = None
+    if learner_priority is not None:
+        learner_result = log_dir / f"learner_{kind}_{learner_priority}.json"
+        learner = _start("robot_rl.bench.ros", {}, domain, log_dir, f"learner_{kind}_{learner_priority}",
+                         ["learner", kind, learner_priority, str(learner_result)])
+        procs.append(learner)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = Node(f"bench_actor_{kind}", context=context)
@@ -109,7 +123,8 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
         ros_env.latencies_ms.clear()
         ros_env.ready_latencies_ms.clear()
         ros_env.command_times.clear()
-        log(f"{kind}: {p['steps']} control steps at 10 Hz, command latency {command_latency_ms:g} ms")
+        beside = "" if learner is None else f", a learner training beside it at priority {learner_priority}"
+        log(f"{kind}: {p['steps']} control steps at 10 Hz, command latency {command_latency_ms:g} ms{beside}")
         for _ in range(p["steps"]):
             obs, _, terminated, truncated, _ = env.step(policy.act(obs))
             if terminated or truncated:
@@ -119,16 +134,53 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
         jitter = np.abs(intervals - 100.0)
         p50, p99 = _percentiles(ros_env.latencies_ms, 50, 99)
         kind = f"asap_{kind}" if command_latency_ms == 0 else kind
-        return {f"frame_to_command_latency_ms_p50_{kind}": p50, f"frame_to_command_latency_ms_p99_{kind}": p99,
-                f"loop_jitter_ms_p99_{kind}": _percentiles(jitter, 99)[0],
-                f"observation_to_action_ms_p99_{kind}": _percentiles(ros_env.ready_latencies_ms, 99)[0],
-                f"command_latency_misses_{kind}": ros_env.command_latency_misses,
-                f"loop_period_ms_mean_{kind}": round(float(np.mean(intervals)), 2)}
+        kind += "" if learner is None else f"_with_learner_{learner_priority}"
+        figures = {f"frame_to_command_latency_ms_p50_{kind}": p50, f"frame_to_command_latency_ms_p99_{kind}": p99,
+                   f"loop_jitter_ms_p99_{kind}": _percentiles(jitter, 99)[0],
+                   f"observation_to_action_ms_p99_{kind}": _percentiles(ros_env.ready_latencies_ms, 99)[0],
+                   f"command_latency_misses_{kind}": ros_env.command_latency_misses,
+                   f"commands_{kind}": len(ros_env.latencies_ms),
+                   f"loop_period_ms_mean_{kind}": round(float(np.mean(intervals)), 2)}
     finally:
         executor.shutdown()
         node.destroy_node()
         context.try_shutdown()
         _stop(procs)
+    if learner is not None:  # it trained the whole time: its update rate says how hard
+        trained = json.loads(learner_result.read_text())
+        figures[f"learner_updates_per_s_{kind}"] = round(trained["updates"] / trained["seconds"], 2)
+    return figures
+
+
+def learner_main(kind: str, priority: str, result_file: str) -> None:
+    """A learner training beside the control loop: SAC updates back to back on a replay of
+    synthetic transitions (the trainable pixel encoder for ``pixels``: the heaviest update), with
+    the learner node's torch threads and the priority given, until SIGTERM; then its update count."""
+    import signal
+
+    import torch
+
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.runtime.learner import lower_priority
+    from robot_rl.bench.learner import QUICK as SIZES, make_agent, make_replay, pixel_spec, sample_batches, state_spec
+    lower_priority(priority)
+    torch.set_num_threads(LearnerNodeConfig.torch_threads)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    if kind == "pixels":
+        spec, config = pixel_spec(), SACConfig(state_dim=20, cameras=("front", "wrist"), image_size=(64, 64),
+                                               grasp_critic=True, device="cpu")
+    else:
+        spec = state_spec()
+        config = SACConfig(state_dim=spec["state"][0][0], grasp_critic=True, device="cpu")
+    replay = make_replay(spec, SIZES, seed=0)
+    batches = sample_batches(replay, SIZES["batches"], "cpu")
+    agent = make_agent(config, replay, seed=0)
+    updates, start = 0, time.monotonic()
+    while not stop:
+        agent.update(batches[updates % len(batches)])
+        updates += 1
+    Path(result_file).write_text(json.dumps({"updates": updates, "seconds": time.monotonic() - start}))
 
 
 def learner_link(kind: str, p: dict, domain: int, log_dir: Path, log) -> dict:
@@ -228,7 +280,7 @@ def run(quick: bool = False, log=print) -> dict:
     from robot_rl.config import ActorNodeConfig
 
     p = QUICK if quick else FULL
-    domain = 150 + os.getpid() % 50
+    domain = bench.private_domain(150, 50)
     latency_ms = ActorNodeConfig.command_latency_ms
     figures: dict = {"control_hz": 10.0, "pixel_image_size": p["pixel_size"], "throughput_image_size": THROUGHPUT_IMAGE,
                      "command_latency_ms": latency_ms}
@@ -237,6 +289,10 @@ def run(quick: bool = False, log=print) -> dict:
             figures.update(control_loop(kind, p, domain, Path(tmp), log, latency_ms))
             figures.update(control_loop(kind, p, domain, Path(tmp), log, 0.0))
             figures.update(learner_link(kind, p, domain, Path(tmp), log))
+        # a one-PC cell: a learner trains beside the pixel control loop, at the learner node's
+        # default priority and (full) at the others, to show what each buys
+        for priority in LEARNER_PRIORITIES if not quick else (LearnerNodeConfig.priority,):
+            figures.update(control_loop("pixels", p, domain, Path(tmp), log, latency_ms, learner_priority=priority))
     from robot_rl.bench import franka
 
     figures.update(franka.run(p["franka_periods"], log))
@@ -253,10 +309,17 @@ def run(quick: bool = False, log=print) -> dict:
         "run slower than real time on a loaded machine",
         "transitions: pixels = obs and next_obs with two 128x128 RGB images each, state = state vectors (wire "
         "frames, safetensors)",
+        "_with_learner_<priority>: the pixel control loop while a learner process trains beside it the whole time "
+        "(SAC updates back to back on synthetic transitions, the trainable 64x64 pixel encoder, "
+        f"{LearnerNodeConfig.torch_threads} torch thread as the learner node) at that priority (idle: SCHED_IDLE; "
+        f"low: niceness 10; normal); the learner node's default is {LearnerNodeConfig.priority}; "
+        "command_latency_misses counts commands that left after their slot",
     ]
     return figures
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "peer":
+    if len(sys.argv) >= 2 and sys.argv[1] == "learner":
+        learner_main(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "peer":
         peer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
