@@ -332,8 +332,13 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
 
 
 @pytest.mark.ros
-def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path):
-    """Exit status 2: the stack supervisor does not respawn a node whose configuration is wrong."""
+@pytest.mark.parametrize("parameter, says", [
+    ("agent:=[num_critic=3]", "parameter agent: unknown key 'num_critic'"),
+    ("priority:=urgent", "parameter priority must be one of idle, low, normal"),  # the learner's CPU priority beside the control path
+])
+def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path, parameter, says):
+    """Exit status 2, before the node builds anything: the stack supervisor does not respawn a node
+    whose configuration is wrong."""
     pytest.importorskip("rclpy")
     import subprocess
     import sys
@@ -341,27 +346,9 @@ def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path):
     from tests.helpers.ros import free_domain_id, ros_environment
 
     result = subprocess.run([sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args", "-p",
-                             f"run_dir:={tmp_path / 'run'}", "-p", "agent:=[num_critic=3]"],
+                             f"run_dir:={tmp_path / 'run'}", "-p", parameter],
                             env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("learner_node: error: parameter agent: unknown key 'num_critic'")
-
-
-@pytest.mark.ros
-def test_a_learner_node_priority_it_does_not_know_is_one_line_and_exit_status_2(tmp_path):
-    """The learner trains below the control path (``priority``): a priority it does not know is
-    refused before it builds anything."""
-    pytest.importorskip("rclpy")
-    import subprocess
-    import sys
-
-    from tests.helpers.ros import free_domain_id, ros_environment
-
-    result = subprocess.run([sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args", "-p",
-                             f"run_dir:={tmp_path / 'run'}", "-p", "priority:=urgent"],
-                            env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2, result.stderr[-2000:]
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("learner_node: error: parameter priority") and "idle, low, normal" in line, line
+    assert line.startswith(f"learner_node: error: {says}"), line
     assert not (tmp_path / "run").exists()
