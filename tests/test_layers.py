@@ -125,13 +125,26 @@ def test_missing_import_linter_is_one_clear_error(tree, monkeypatch):
     assert isinstance(err.value, UserFacingError) and "\n" not in str(err.value)
 
 
-def test_the_env_worker_imports_nothing_of_robot_rl():
-    """robot_rl/foreign/worker.py runs in the env's own interpreter (--env-python), which has
-    gymnasium and numpy but not robot_rl: it imports the standard library, numpy and gymnasium only."""
+def _top_level_imports(path: Path) -> set[str]:
     import ast
 
-    tree = ast.parse((REPO / "robot_rl" / "foreign" / "worker.py").read_text())
+    tree = ast.parse(path.read_text())
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    allowed = set(sys.stdlib_module_names) | {"numpy", "gymnasium", "__future__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):  # a relative import keeps its dots: never allowed
+            names.add("." * node.level + (node.module or "") if node.level else node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("script, peers", [
+    # runs in the env's own interpreter (--env-python), which has gymnasium and numpy but not robot_rl
+    ("robot_rl/foreign/worker.py", {"numpy", "gymnasium"}),
+    # runs in LeRobot's venv (ROBOT_RL_LEROBOT_PYTHON, bench learner), which has lerobot but not robot_rl
+    ("robot_rl/bench/lerobot_sac_worker.py", {"numpy", "torch", "lerobot"}),
+])
+def test_a_worker_run_by_another_interpreter_imports_nothing_of_robot_rl(script, peers):
+    """A worker script run by another interpreter imports the standard library and its peers only
+    (not even a relative import: it is run by path, not as a module)."""
+    names = _top_level_imports(REPO / script)
+    allowed = set(sys.stdlib_module_names) | peers | {"__future__"}
     assert names and names <= allowed, names - allowed

@@ -15,7 +15,13 @@ Figures, all measured in one run:
   bytes per transition (``replay_bytes_per_transition_frozen``);
 * ``agent.act(obs)`` latency for one observation (p50 / p99), state and pixels;
 * replay memory per transition for a pixel replay filled with 20-step episodes, against the
-  raw bytes of one observation (obs and next_obs share slots, so the ratio is ~ (L+1)/L).
+  raw bytes of one observation (obs and next_obs share slots, so the ratio is ~ (L+1)/L);
+* LeRobot's SAC update on the same shapes (state e2 and pixels e2), when ``ROBOT_RL_LEROBOT_PYTHON``
+  names the Python of a LeRobot venv: ``lerobot_sac_worker.py`` runs there (a script that imports
+  nothing of robot_rl) right after our figures, on the same device and torch threads, and
+  ``over_lerobot_state_e2`` / ``over_lerobot_pixels_e2`` are our rate over its;
+  ``lerobot_notes`` says what differs (parameter counts). Unset or unusable: those figures are
+  null and ``lerobot_notes`` says why in one line.
 
 Replays are filled with synthesized random transitions of the right spec (the sim is not
 stepped); batches are sampled from a ``MixedReplay`` into ``BatchStaging`` host tensors (pinned
@@ -28,7 +34,11 @@ allocated memory (null elsewhere).
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -56,6 +66,16 @@ QUICK = {"budget_s": 2.5, "rounds": 2, "warmup": 2, "min_calls": 2, "latency_cal
 FULL = {"budget_s": 10.0, "rounds": 4, "warmup": 5, "min_calls": 3, "latency_calls": 500,
         "online_episodes": 200, "demo_episodes": 100, "batches": 8, "profile_calls": 10}
 LATENCY_WARMUP = 20
+
+# LeRobot's SAC, measured in its own venv (it needs Python >= 3.12 and torch < 2.12, so it is never a
+# dependency of ours): the variable names that venv's Python (as for tests/test_interchange.py)
+LEROBOT_PYTHON_ENV = "ROBOT_RL_LEROBOT_PYTHON"
+LEROBOT_WORKER = Path(__file__).with_name("lerobot_sac_worker.py")
+LEROBOT_KEYS = ("lerobot_updates_per_s_state_e2", "lerobot_updates_per_s_pixels_e2", "over_lerobot_state_e2",
+                "over_lerobot_pixels_e2")
+LEROBOT_HOW = (f"set {LEROBOT_PYTHON_ENV} to the Python of a LeRobot venv (python3.12 -m venv .venv-lerobot; "
+               ".venv-lerobot/bin/pip install 'lerobot[dataset]==0.6.1'; scripts/make_lerobot_fixture.py "
+               "says the same) and bench learner measures LeRobot's SAC update beside ours")
 
 
 # ------------------------------------------------------------------------------ data
@@ -256,6 +276,105 @@ def pixel_spec(image_size: tuple[int, int] = PIXEL_IMAGE_SIZE) -> dict:
     return spec
 
 
+
+def network_parameters(agent: SACAgent) -> int:
+    """Parameters of the networks an update trains (encoder, actor, critics, grasp head); no targets."""
+    modules = [agent.encoder, agent.actor, agent.critic] + ([agent.grasp] if agent.grasp is not None else [])
+    return sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
+
+
+def lerobot_timeout_s(s: dict) -> float:
+    """Bound on the worker: its imports, two agents built, warm-ups and budgets, under load."""
+    return 300.0 + 4 * s["budget_s"] + 10.0 * s["warmup"]
+
+
+def run_lerobot_worker(python: str, s: dict, device: str, threads: int) -> tuple[dict | None, str]:
+    """(the worker's figures, "") or (None, one line saying why there are none)."""
+    command = [python, str(LEROBOT_WORKER), "--budget", str(s["budget_s"]), "--warmup", str(s["warmup"]),
+               "--min-calls", str(s["min_calls"]), "--threads", str(threads), "--device", device]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
+    timeout = lerobot_timeout_s(s)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"LeRobot's SAC not measured: its worker ran past {timeout:g} s ({python})"
+    except OSError as exc:
+        return None, f"LeRobot's SAC not measured: {LEROBOT_PYTHON_ENV}={python} did not start ({exc.strerror or exc})"
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if isinstance(result, dict) and "error" in result:
+        return None, f"LeRobot's SAC not measured: {' '.join(str(result['error']).split())}"
+    if done.returncode != 0 or not isinstance(result, dict):
+        said = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        last = " ".join(said[-1].split())[:300] if said else "no output"
+        return None, (f"LeRobot's SAC not measured: its worker ({LEROBOT_PYTHON_ENV}={python}) exited "
+                      f"{done.returncode} without figures: {last}")
+    return result, ""
+
+
+def lerobot_figures(ours: dict, s: dict, device: str, log=print) -> dict:
+    """LeRobot's SAC update on our shapes, measured now by its own venv's Python, and our rates over
+    its (``ours``: our ``updates_per_s_*`` figures and ``parameters_*`` counts). Each figure null
+    and ``lerobot_notes`` one line saying why when it cannot be measured."""
+    out: dict = dict.fromkeys(LEROBOT_KEYS)
+    python = os.environ.get(LEROBOT_PYTHON_ENV, "").strip()
+    if not python:
+        out["lerobot_notes"] = f"LeRobot's SAC not measured ({LEROBOT_PYTHON_ENV} is unset): {LEROBOT_HOW}"
+    elif not os.path.isfile(python) or not os.access(python, os.X_OK):
+        out["lerobot_notes"] = (f"LeRobot's SAC not measured: {LEROBOT_PYTHON_ENV}={python} is not an executable "
+                                f"file; {LEROBOT_HOW}")
+    elif torch.device(device).type not in ("cpu", "cuda"):
+        out["lerobot_notes"] = f"LeRobot's SAC not measured: device {device} (the comparison runs on cpu or cuda)"
+    else:
+        log(f"LeRobot's SAC update on the same shapes, in its venv ({python}) ...")
+        theirs, why = run_lerobot_worker(python, s, device, torch.get_num_threads())
+        if theirs is None:
+            out["lerobot_notes"] = why
+        else:
+            for kind in ("state_e2", "pixels_e2"):
+                rate = theirs.get(f"updates_per_s_{kind}")
+                if rate:
+                    out[f"lerobot_updates_per_s_{kind}"] = round(rate, 3)
+                    out[f"over_lerobot_{kind}"] = round(ours[f"updates_per_s_{kind}"] / rate, 3)
+            out["lerobot_notes"] = lerobot_differences(ours, theirs)
+            log(f"LeRobot {theirs.get('lerobot')}: state e2 {theirs.get('updates_per_s_state_e2')} updates/s "
+                f"(ours {out['over_lerobot_state_e2']}x), pixels e2 {theirs.get('updates_per_s_pixels_e2')} "
+                f"(ours {out['over_lerobot_pixels_e2']}x)")
+    if out["lerobot_updates_per_s_state_e2"] is None:
+        log(out["lerobot_notes"])
+    return out
+
+
+def lerobot_differences(ours: dict, theirs: dict) -> str:
+    """What the ratio compares: the two updates' networks (parameter counts) and their work."""
+    def k(n) -> str:
+        return "?" if n is None else f"{n / 1e3:.0f}k"
+
+    return (
+        f"LeRobot {theirs.get('lerobot')} (torch {theirs.get('torch')}, Python {theirs.get('python')}, "
+        f"{theirs.get('torch_threads')} torch thread(s), {theirs.get('device')}), measured after ours in the same "
+        "run: SACAlgorithm over GaussianActorPolicy, one RLTrainer.training_step per update (DrQ random shift "
+        "of float32 images as its ReplayBuffer.sample does, eager; its preprocessor's normalisation; then "
+        "critic, discrete gripper critic (num_discrete_actions=3), actor and temperature steps, each with "
+        "gradient-norm clipping, and the soft target update), utd_ratio 1, 2 critics, MLPs (256, 256) with "
+        f"LayerNorm and SiLU (ours ReLU); the shift and normalisation are "
+        f"{theirs.get('prepare_share_state_e2')} (state) and {theirs.get('prepare_share_pixels_e2')} (pixels) "
+        "of its time. Trained parameters, targets excluded: "
+        f"state e2 ours {k(ours.get('parameters_state_e2'))} vs LeRobot {k(theirs.get('parameters_state_e2'))} "
+        "(its state encoder, Linear to latent 256 + LayerNorm + tanh, feeds every head 256 features, ours the "
+        f"normalised 30); pixels e2 ours {k(ours.get('parameters_pixels_e2'))} vs LeRobot "
+        f"{k(theirs.get('parameters_pixels_e2'))} (ours one DrQ 3x3 conv stack per camera to 64 features each, "
+        f"148 features with the state; its default conv stack, 7x7/5x5/3x3/3x3 stride 2, "
+        f"{k(theirs.get('image_encoder_parameters_pixels_e2'))}, shared by the cameras and trained here as ours "
+        f"is, then per camera a spatial embedding and Linear to 256: {theirs.get('encoder_out_dim_pixels_e2')} "
+        "features). Per update ours encodes each view once (3 encoder passes, 1 backward); LeRobot encodes "
+        "in every loss and has no target encoder (9 passes, 3 backward)"
+    )
+
+
 # ------------------------------------------------------------------------------- run
 def run(quick: bool = False, log=print, device: str = "auto") -> dict:
     s = QUICK if quick else FULL
@@ -287,6 +406,7 @@ def _run(s: dict, log, device: str) -> dict:
     agent_e2 = make_agent(cfg(2), replay, seed=0)
     (rate,) = measure_updates([UpdateTimer(agent_e2, batches, warmup)], budget, rounds, min_calls)
     figures["updates_per_s_state_e2"] = round(rate, 2)
+    parameters = {"parameters_state_e2": network_parameters(agent_e2)}
     log(f"state e2: {rate:.1f} updates/s")
     agent_e10 = make_agent(cfg(10), replay, seed=0)
     naive_e10 = use_loop_critic(make_agent(cfg(10), replay, seed=0))
@@ -329,6 +449,7 @@ def _run(s: dict, log, device: str) -> dict:
     log(f"pixel replay: {len(replay.online)} online + {len(replay.demo)} demo transitions")
     config = SACConfig(cameras=PIXEL_CAMERAS, image_size=PIXEL_IMAGE_SIZE, state_dim=PIXEL_STATE_DIM, device=device)
     agent_px = make_agent(config, replay, seed=0)
+    parameters["parameters_pixels_e2"] = network_parameters(agent_px)
     (rate,) = measure_updates([UpdateTimer(agent_px, batches, max(1, warmup // 2))], budget, rounds, min_calls)
     figures["updates_per_s_pixels_e2"] = round(rate, 3)
     log(f"pixels e2: {rate:.2f} updates/s")
@@ -344,6 +465,9 @@ def _run(s: dict, log, device: str) -> dict:
     figures["raw_obs_bytes"] = int(raw)
     figures["replay_bytes_ratio"] = round(per_transition / raw, 4)
     log(f"pixel replay: {per_transition:.0f} bytes/transition vs {raw} raw obs bytes ({per_transition / raw:.3f}x)")
+
+    # --- LeRobot's SAC update on the same shapes, in its own venv, now (after ours, same device and threads)
+    figures.update(lerobot_figures({**figures, **parameters}, s, device, log))
 
     figures["notes"] = [
         f"device {device}; torch.set_num_threads(1) for comparability across machines and runs (restored "
@@ -368,5 +492,9 @@ def _run(s: dict, log, device: str) -> dict:
         "its speedup on this CPU even with zero overhead (batch 256 x 256 hidden is compute-bound on one core)",
         f"replay bytes: pixel ReplayBuffer.bytes_per_transition() after {EPISODE_LEN}-step episodes "
         "(obs and next_obs share slots: L+1 slots per L transitions) over the nbytes of one observation dict",
+        f"lerobot_*: LeRobot's SAC update (robot_rl/bench/lerobot_sac_worker.py run by {LEROBOT_PYTHON_ENV}) on "
+        "the state e2 and pixels e2 shapes, random batch-256 data, the same budget, warm-up (pixels: half) and "
+        "torch threads, measured after ours (not interleaved: a load that changes between the two moves the "
+        "ratio); over_lerobot_*: our updates_per_s over its; lerobot_notes: what differs, or why it is null",
     ]
     return figures
