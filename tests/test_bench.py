@@ -14,6 +14,17 @@ from robot_rl.sim.experts import make_expert
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture
+def own_domain(monkeypatch):
+    """A benchmark's ROS 2 nodes on this test process's domain (tests/helpers/ros.py), not the
+    benchmark's own pick by process id: under pytest-xdist, never a domain another worker's test
+    is using at the same time."""
+    from robot_rl import bench
+    from tests.helpers.ros import free_domain_id
+
+    monkeypatch.setattr(bench, "private_domain", lambda base, span: free_domain_id())
+
+
 class _FakeClock:
     """perf_counter() answers the given instants in turn: a test sees what the bench divides by."""
 
@@ -193,7 +204,7 @@ def test_classifier_bench_takes_the_median_over_seeds_and_ranks_never_last():
     assert _median_steps([4000, None]) is None
 
 
-def test_ros_bench_quick_gives_every_figure():
+def test_ros_bench_quick_gives_every_figure(own_domain):
     pytest.importorskip("rclpy")
     from robot_rl.bench import ros as ros_bench
 
@@ -205,6 +216,12 @@ def test_ros_bench_quick_gives_every_figure():
             assert value is not None and value > 0, (name, kind, value)
         assert figures[f"transitions_received_{kind}"] > 0
         assert figures[f"loop_period_ms_mean_{kind}"] > 50  # paced by the arm's 10 Hz ticks
+    # the pixel loop again with a learner training beside it, at the learner node's priority
+    beside = f"pixels_with_learner_{ros_bench.LearnerNodeConfig.priority}"
+    assert figures[f"commands_{beside}"] >= ros_bench.QUICK["steps"]  # every control step sent one (a reset may send more)
+    assert 0 <= figures[f"command_latency_misses_{beside}"] <= figures[f"commands_{beside}"]
+    assert 0 < figures[f"frame_to_command_latency_ms_p50_{beside}"] <= figures[f"frame_to_command_latency_ms_p99_{beside}"]
+    assert figures[f"learner_updates_per_s_{beside}"] > 0  # it trained the whole time
     # the Franka backend against franky-sim: every motion onset seen, nothing dropped
     assert figures["franka_motion_onsets"] == 6 and figures["franka_commands_dropped"] == 0
     assert 0 < figures["franka_command_to_motion_ms_p50"] <= figures["franka_command_to_motion_ms_p99"]
@@ -238,7 +255,7 @@ def test_hil_steps_to_90_start_after_the_clones_evaluation():
     assert steps_ratio(2000, 3000) == 0.667 and steps_ratio(None, 3000) is None and steps_ratio(2000, None) is None
 
 
-def test_hil_bench_quick_gives_every_figure():
+def test_hil_bench_quick_gives_every_figure(own_domain):
     """The hard task from pixels, both rewards, with and without the simulated human: every figure
     there and each what its name says of the runs' curves."""
     pytest.importorskip("rclpy")
@@ -297,7 +314,7 @@ FAULT_KEYS = ("kills", "committed_episodes_lost", "partial_outputs", "env_steps_
               "env_steps_lost_per_crash_max", "corruptions_injected", "corruptions_detected", "learner_restarts_ok")
 
 
-def test_faults_bench_kills_and_corrupts_without_losing_anything(monkeypatch):
+def test_faults_bench_kills_and_corrupts_without_losing_anything(monkeypatch, own_domain):
     """The faults benchmark, one kill of each kind: nothing committed is lost, no partial
     output is left, a killed training resumes from its last checkpoint, a killed learner node
     comes back, and every injected corruption is detected."""

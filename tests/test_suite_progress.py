@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The inner run's tests. The last one waits, with a bounded number of checks, until the
@@ -95,3 +97,29 @@ def test_a_run_shorter_than_the_interval_prints_no_progress_and_0_turns_it_off(t
 
 def test_the_suite_has_the_progress_line(pytestconfig):
     assert pytestconfig.pluginmanager.has_plugin("tests.helpers.progress")  # tests/conftest.py loads it
+
+
+@pytest.mark.integration  # pytest-xdist's workers take seconds to start
+def test_a_parallel_run_shows_its_progress_from_the_controller(tmp_path):
+    """Under pytest-xdist (scripts/test.sh: 2 workers) the controller writes the line: the workers
+    report each test's start and end to it, the total comes from their collection."""
+    result, log = run_inner(tmp_path, "--progress-every", "0.2", "-n", "2")
+    assert result.returncode == 1 and "1 failed, 2 passed" in log, log
+    progress = [line for line in log.splitlines() if line.startswith("[tests ")]
+    test = r"test_inner\.py::\w+ \(\d+ s\)"  # each test running, on either worker, with its time
+    assert all(re.fullmatch(rf"\[tests \d+:\d\d\] (collecting|[0-3]/3 done, [01] failed(, running {test}(, {test})*)?)",
+                            line) for line in progress), progress
+    assert any("running test_inner.py::test_waits_for_its_progress_line (" in line for line in progress), log
+    assert (tmp_path / "threads-at-summary.txt").read_text() == "[]"
+
+
+def test_the_longest_tests_run_first_and_each_named_exists(request):
+    """tests/conftest.py's LONGEST_FIRST: each test it names is there, and a run collects them
+    first, longest first."""
+    conftest = request.config.pluginmanager.get_plugin(str(ROOT / "tests" / "conftest.py"))
+    for nodeid in conftest.LONGEST_FIRST:
+        path, name = nodeid.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), f"{nodeid}: no such test (tests/conftest.py names it)"
+    names = [item.nodeid.split("[", 1)[0] for item in request.session.items]
+    longest = [name for name in names if name in conftest.LONGEST_FIRST]
+    assert names[:len(longest)] == sorted(longest, key=lambda name: -conftest.LONGEST_FIRST[name])

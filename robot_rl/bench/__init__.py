@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from typing import NamedTuple
 
 from robot_rl.errors import UserFacingError
@@ -41,6 +42,13 @@ class UnknownBenchmarkError(UserFacingError, KeyError):
 
 class BenchmarkDeviceError(UserFacingError):
     """``--device`` for a benchmark that does not take one."""
+
+
+def private_domain(base: int, span: int) -> int:
+    """The ROS 2 domain of a benchmark's own nodes: ``base`` plus this process's id modulo ``span``,
+    away from a cell's domain and from another benchmark running on this machine. The one place
+    a benchmark picks it (the tests put each pytest-xdist worker's benchmarks on its own domain)."""
+    return base + os.getpid() % span
 
 
 def listing() -> str:

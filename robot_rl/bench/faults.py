@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl import bench
+
 # train: the full run keeps train's default checkpoint interval (2,000 env steps or 5 minutes)
 FULL = {"record_kills": 12, "merge_kills": 8, "train_kills": 6, "learner_kills": 6, "record_episodes": 8,
         "merge_episodes": 40, "train_steps": 4000, "checkpoint_every": 2000}
@@ -375,8 +377,8 @@ def learner_loop(work: Path, n_kills: int, rng: random.Random, log) -> dict:
     args = [sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args"]
     for key, value in params.items():
         args += ["-p", f"{key}:={value}"]
-    env = {**os.environ, "ROS_DOMAIN_ID": str(150 + os.getpid() % 50), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "ROS_DOMAIN_ID": str(bench.private_domain(150, 50)),
+           "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
     env.pop("ROS_LOCALHOST_ONLY", None)
     up = lambda line: "published; waiting for transitions" in line  # noqa: E731
     saved = lambda line: "checkpoint " in line and "/checkpoints/" in line  # noqa: E731

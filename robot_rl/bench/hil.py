@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl import bench
+
 EAGERNESS = 0.5
 TASK = "PegInsertHard"  # a task where imitation alone gets at most half (docs/CALIBRATION.md): the human has work
 KEY = TASK.lower()  # the figures' prefix
@@ -65,7 +67,7 @@ def console_latency(inputs: int, log=print) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    domain = 200 + os.getpid() % 30
+    domain = bench.private_domain(200, 30)
     token = new_token()  # the console's, as the operator's page holds it
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1",
                **{CONSOLE_TOKEN_ENV: token})

@@ -7,7 +7,10 @@ The line goes to a duplicate of the real standard output taken in ``pytest_confi
 pytest's own capture is suspended, as its faulthandler plugin does), so it passes by the
 capture of a running test: capsys and capfd never see it. A run shorter than the interval
 prints nothing. The thread that writes it stops when the session finishes, before pytest's
-summary; nothing is written after that.
+summary; nothing is written after that. Under pytest-xdist the controller writes it (the workers
+report each test's start and end to it) and names every test running, each with its time:
+
+    [tests 4:20] 123/432 done, 0 failed, running tests/test_a.py::test_x (95 s), tests/test_b.py::test_y (3 s)
 
 tests/conftest.py loads it; elsewhere: ``pytest -p tests.helpers.progress``. It has to be
 loaded before pytest configures its plugins (from the command line or an initial conftest.py,
@@ -34,7 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     every = config.getoption("progress_every")
-    if not every or every <= 0:
+    if not every or every <= 0 or hasattr(config, "workerinput"):  # an xdist worker: its controller writes it
         return
     try:
         fd = os.dup(1)  # pytest's capture is suspended while plugins are configured: this is the real one
@@ -60,7 +63,7 @@ class Progress:
         self.total: int | None = None  # None while collecting
         self.done = 0
         self.failed: set[str] = set()
-        self.running: tuple[str, float] | None = None  # (nodeid, since)
+        self.running: dict[str, float] = {}  # nodeid -> since, in the order they started
         self.thread = threading.Thread(target=self._beat, name=THREAD_NAME, daemon=True)
 
     # ------------------------------------------------------------------ pytest hooks
@@ -72,19 +75,27 @@ class Progress:
         with self.lock:
             self.total = len(session.items)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list) -> None:
+        """Under pytest-xdist the controller collects nothing itself: a worker's collection is the run's."""
+        with self.lock:
+            self.total = len(ids)
+
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         with self.lock:
-            self.running = (nodeid, time.monotonic())
+            self.running[nodeid] = time.monotonic()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             with self.lock:
                 self.failed.add(report.nodeid)
+                if report.when not in ("setup", "call", "teardown"):  # an xdist worker crashed in it: no logfinish
+                    self.done += self.running.pop(report.nodeid, None) is not None
 
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         with self.lock:
             self.done += 1
-            self.running = None
+            self.running.pop(nodeid, None)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.stop()  # before the terminal reporter's summary (it prints after every plain sessionfinish)
@@ -104,9 +115,9 @@ class Progress:
             if self.total is None:
                 return f"{head} collecting"
             text = f"{head} {self.done}/{self.total} done, {len(self.failed)} failed"
-            if self.running is not None:
-                nodeid, since = self.running
-                text += f", running {nodeid} ({int(now - since)} s)"
+            if self.running:
+                text += ", running " + ", ".join(f"{nodeid} ({int(now - since)} s)"
+                                                 for nodeid, since in self.running.items())
             return text
 
     def _beat(self) -> None:

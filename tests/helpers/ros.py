@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 
@@ -21,8 +22,20 @@ def ros_environment(domain_id: int) -> dict:
     return env
 
 
+# this process as a pytest-xdist worker: (its number, the run's number of workers, the run's id);
+# tests/conftest.py sets it from xdist's config.workerinput; None in a run without workers
+XDIST_WORKER: tuple[int, int, str] | None = None
+
+
 def free_domain_id() -> int:
-    return 100 + os.getpid() % 100  # 100..199: private to this test process
+    """A ROS 2 domain in 100..199 private to this test process. Each pytest-xdist worker of a run
+    (XDIST_WORKER) gets its own: the run's id picks a block of as many domains as workers, the
+    worker's number one domain in it, so two workers running ROS tests at once never share a
+    domain. Without workers: the process id picks one."""
+    if XDIST_WORKER is None or not 1 < XDIST_WORKER[1] <= 100:
+        return 100 + os.getpid() % 100
+    number, count, run = XDIST_WORKER
+    return 100 + zlib.crc32(run.encode()) % (100 // count) * count + number % count
 
 
 @contextlib.contextmanager
