@@ -168,3 +168,12 @@ def files_stay_in_pytests_temporary_folder(tmp_path_factory, request):
     if left and not request.session.testsfailed:  # a failed test may have killed a launcher: no surprise then
         pytest.fail(f"the test run left files behind:\n  temporary folders that robot_rl did not remove, in {folder}: "
                     f"{', '.join(sorted(left))}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def franky_sim_turn(tmp_path_factory):
+    """A module's turn with franky-sim (``franky_sim_lock``): held while its servers run."""
+    from tests.helpers.common import franky_sim_lock
+
+    with franky_sim_lock(tmp_path_factory):
+        yield

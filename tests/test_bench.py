@@ -10,6 +10,7 @@ from robot_rl.bench import sim as sim_bench
 from robot_rl.commands.cli import main
 from robot_rl.sim import make
 from robot_rl.sim.experts import make_expert
+from tests.helpers.common import franky_sim_lock
 
 pytestmark = pytest.mark.integration
 
@@ -204,11 +205,12 @@ def test_classifier_bench_takes_the_median_over_seeds_and_ranks_never_last():
     assert _median_steps([4000, None]) is None
 
 
-def test_ros_bench_quick_gives_every_figure(own_domain):
+def test_ros_bench_quick_gives_every_figure(own_domain, tmp_path_factory):
     pytest.importorskip("rclpy")
     from robot_rl.bench import ros as ros_bench
 
-    figures = ros_bench.run(quick=True, log=lambda msg: None)
+    with franky_sim_lock(tmp_path_factory):  # its franka figures start a franky-sim server
+        figures = ros_bench.run(quick=True, log=lambda msg: None)
     for kind in ("state", "pixels"):
         for name in ("frame_to_command_latency_ms_p50", "frame_to_command_latency_ms_p99", "loop_jitter_ms_p99",
                      "transitions_per_s", "weight_push_latency_ms"):

@@ -34,7 +34,7 @@ def start_pose(rng):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(franky_sim_turn):
     with FrankaSimServer() as srv:
         yield srv
 
@@ -212,7 +212,7 @@ def test_the_gripper_closes_grasps_with_force_and_opens_without_blocking(arm):
     assert width() > 0.075 and arm.counts["gripper_commands"] == 2
 
 
-def test_a_server_that_drops_the_connection_and_comes_back_is_a_fault_then_recovered():
+def test_a_server_that_drops_the_connection_and_comes_back_is_a_fault_then_recovered(franky_sim_turn):
     host = free_loopback()
     server = FrankaSimServer(host).start()
     arm = FrankaArm(FrankaSettings(host, realtime_kernel=False, connect_timeout_s=5.0), BOX, HOME_JOINTS, start_pose,
@@ -344,7 +344,7 @@ def test_the_arm_node_refuses_an_unreachable_robot_ip_in_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_the_franka_sim_stack_runs_three_episodes_end_to_end(tmp_path):
+def test_the_franka_sim_stack_runs_three_episodes_end_to_end(franky_sim_turn, tmp_path):
     """franky-sim's server, arm_node (franka), teleop, recorder and actor as a real cell runs them:
     the scripted motions for 3 episodes, each committed by the recorder."""
     import socket

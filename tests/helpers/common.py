@@ -1,5 +1,7 @@
 """Helpers the tests share, each written once."""
 
+import contextlib
+import os
 import socket
 import time
 
@@ -54,3 +56,19 @@ def synthetic_episode(seed: int, frames: int | None = None, *, state_dim: int = 
                    success=rng.random(n) < 0.5, has_action=np.arange(n) < n - 1,
                    timestamp=np.cumsum(rng.random(n)))
     return episode
+
+
+@contextlib.contextmanager
+def franky_sim_lock(tmp_path_factory):
+    """franky-sim serves a 1 kHz robot in real time: two servers at once on 2 cores starve each
+    other (connection timeouts, a robot clock that stops), so the tests that start one take turns
+    across the xdist workers: an exclusive lock on a file in the run's shared temporary root,
+    held while the server runs (a wait on the lock, not on a clock)."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # <root>/popen-gwN: the workers share <root>
+        root = root.parent
+    with open(root / "franky-sim.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
