@@ -1,7 +1,6 @@
 """Helpers the tests share, each written once."""
 
 import contextlib
-import os
 import socket
 import time
 
@@ -67,7 +66,7 @@ def franky_sim_lock(tmp_path_factory):
     import fcntl
 
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # <root>/popen-gwN: the workers share <root>
+    if root.name.startswith("popen-gw"):  # an xdist worker's <root>/popen-gwN: the workers share <root>
         root = root.parent
     with open(root / "franky-sim.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
