@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -157,10 +156,8 @@ def test_the_site_builds_with_strict_link_checks(tmp_path):
             pytest.fail("mkdocs and mkdocs-material are missing: scripts/setup.sh installs them (the docs extra)")
         pytest.skip("mkdocs / mkdocs-material not installed (pip install -e '.[docs]')")
     site = tmp_path / "site"
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-6000:]}"
     assert (site / "index.html").is_file() and (site / "training" / "index.html").is_file()
-    assert time.monotonic() - started < 120

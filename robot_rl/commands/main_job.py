@@ -132,49 +132,38 @@ class MainJob:
         """``robot-rl ARGS`` in a child process, its output passed through (a "still running" line
         after each PROGRESS_EVERY_S without one); returns its last line. A failure raises
         StageFailed, a stop signal JobStopped once the child has stopped."""
-        return self.side_by_side([("", list(args))], env=env)[0]
-
-    def side_by_side(self, commands: list[tuple[str, list[str]]], env: dict | None = None) -> list[str]:
-        """Several ``robot-rl`` commands at once (their lines prefixed by label); their last lines."""
+        self.log(f"$ robot-rl {' '.join(args)}")
         lines: queue.Queue = queue.Queue()
-        last = [""] * len(commands)
-        procs = []
-        for i, (label, args) in enumerate(commands):
-            self.log(f"$ robot-rl {' '.join(args)}")
-            proc = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                                    start_new_session=True, preexec_fn=_stop_with_parent)
-            procs.append(proc)
-            self._children.append(proc)
-            threading.Thread(target=_pass_lines, args=(proc, i, lines), daemon=True).start()
-        open_streams = len(procs)
+        proc = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                                start_new_session=True, preexec_fn=_stop_with_parent)
+        self._children.append(proc)
+        threading.Thread(target=_pass_lines, args=(proc, lines), daemon=True).start()
+        last = ""
         try:
-            while open_streams:
-                try:
-                    i, line = lines.get(timeout=PROGRESS_EVERY_S)
-                except queue.Empty:
-                    self.log(f"   ... still running: {self.stage_title} ({_clock(time.monotonic() - self.stage_started)} "
-                             f"in this stage, job time {_clock(time.monotonic() - self.started)})")
-                    continue
-                if line is None:
-                    open_streams -= 1
-                    continue
-                label = commands[i][0]
-                self.log(f"[{label}] {line}" if label else line)
-                last[i] = line
-            codes = [proc.wait() for proc in procs]
+            while (line := self._next_line(lines)) is not None:
+                self.log(line)
+                last = line
+            code = proc.wait()
         finally:
-            for proc in procs:
-                self._children.remove(proc)
+            self._children.remove(proc)
         if self.stop_signal is not None:
             raise JobStopped(self.stop_signal, self.run)
-        for (label, args), code in zip(commands, codes):
-            if code != 0:
-                raise StageFailed(f"stage {self.stage_number} of {len(self.stages)} ({self.stage_title}) failed: "
-                                  f"robot-rl {args[0]} exited with status {code} (its output is above); the stages "
-                                  f"before are kept: go on with robot-rl main --resume {self.run}")
+        if code != 0:
+            raise StageFailed(f"stage {self.stage_number} of {len(self.stages)} ({self.stage_title}) failed: "
+                              f"robot-rl {args[0]} exited with status {code} (its output is above); the stages "
+                              f"before are kept: go on with robot-rl main --resume {self.run}")
         return last
+
+    def _next_line(self, lines: queue.Queue) -> str | None:
+        """The child's next line (None at its end), a "still running" line after each silent stretch."""
+        while True:
+            try:
+                return lines.get(timeout=PROGRESS_EVERY_S)
+            except queue.Empty:
+                self.log(f"   ... still running: {self.stage_title} ({_clock(time.monotonic() - self.stage_started)} "
+                         f"in this stage, job time {_clock(time.monotonic() - self.started)})")
 
     def stop(self, signum: int, frame=None) -> None:
         """SIGINT / SIGTERM: tell the running commands once (a training checkpoints and stops)."""
@@ -205,10 +194,10 @@ class MainJob:
         return sum(s["wall_s"] for s in self.record["stages"].values())
 
 
-def _pass_lines(proc: subprocess.Popen, index: int, lines: queue.Queue) -> None:
+def _pass_lines(proc: subprocess.Popen, lines: queue.Queue) -> None:
     for line in proc.stdout:
-        lines.put((index, line.rstrip("\n")))
-    lines.put((index, None))
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
 
 
 def _stop_with_parent() -> None:
