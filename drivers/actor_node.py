@@ -39,6 +39,8 @@ from robot_rl.errors import InputError
 
 
 class ActorNode(Node):
+    CONTROL_PATH = True  # run as its own process, it takes its priority parameter (drivers/node.py)
+
     def __init__(self, **node_kwargs):
         super().__init__("actor", **node_kwargs)
         # a task file sets the task, rate, image size and (unless given) the classifier

@@ -32,6 +32,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float32, Float32MultiArray, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
+from robot_rl.config import CONTROL_PRIORITIES, setting
 from robot_rl.contract import STATE_SLICES, ControlLimits
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
@@ -72,6 +73,9 @@ class ArmNodeConfig:
     # how much of the TCP's distance from its target (the commanded displacements added up) each
     # period's velocity also closes (0: velocity only; docs in drivers/franka.py FrankaSettings)
     tracking_gain: float = 0.7
+    priority: str = setting("realtime", "the arm's CPU priority (the control path): realtime (SCHED_FIFO where the "
+                                        "system allows it, else a warning and normal) or normal",
+                            choices=CONTROL_PRIORITIES)
 
 
 BACKENDS = ("sim", "franka")
@@ -95,6 +99,8 @@ def make_backend(cfg: ArmNodeConfig, task):
 
 
 class ArmNode(Node):
+    CONTROL_PATH = True  # run as its own process, it takes its priority parameter (drivers/node.py)
+
     def __init__(self):
         super().__init__("arm")
         self.cfg, task = apply_task_file(declare_config(self, ArmNodeConfig))

@@ -18,6 +18,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
+from robot_rl.config import CONTROL_PRIORITIES, setting
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.drivers.camera import CameraError, RealSenseCamera, SimCamera
@@ -37,6 +38,9 @@ class CameraNodeConfig:
     fps: int = 30
     crop: str = ""  # realsense: "top,left,height,width" of the sensor image, before the resize
     task_file: str = ""  # a real cell's task file: this camera's entry there sets serial, crop, height, width
+    priority: str = setting("realtime", "the camera's CPU priority (the control path): realtime (SCHED_FIFO where "
+                                        "the system allows it, else a warning and normal) or normal",
+                            choices=CONTROL_PRIORITIES)
 
 
 def apply_camera_spec(cfg: CameraNodeConfig) -> CameraNodeConfig:
@@ -54,6 +58,8 @@ def apply_camera_spec(cfg: CameraNodeConfig) -> CameraNodeConfig:
 class CameraNode(Node):
     """``camera``: an already opened camera backend to publish (tests pass a RealSense
     software device's); by default the node opens the one its parameters name."""
+
+    CONTROL_PATH = True  # run as its own process, it takes its priority parameter (drivers/node.py)
 
     def __init__(self, camera=None, **node_kwargs):
         super().__init__("camera", **node_kwargs)

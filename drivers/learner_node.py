@@ -26,7 +26,8 @@ from robot_rl.drivers.ros_transport import learner_endpoint
 from robot_rl.envs import obs_spec, spec_env
 from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, latest_checkpoint, list_checkpoints,
                                          load_agent, read_agent_config, write_checkpoint)
-from robot_rl.runtime.learner import Learner, build_learner, lower_priority
+from robot_rl.runtime.learner import Learner, build_learner
+from robot_rl.runtime.priority import lower_priority
 from robot_rl.agent_setup import agent_config_for
 from robot_rl.config import LearnerNodeConfig, write_config_json
 

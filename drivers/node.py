@@ -108,6 +108,18 @@ def refuse(err: Exception) -> None:
     sys.exit(2)
 
 
+def take_control_priority(node) -> None:
+    """A control-path node (``CONTROL_PATH``: the arm, a camera, the actor) run as its own process
+    takes its ``priority`` parameter for every thread of the process (realtime: SCHED_FIFO where
+    allowed, else one warning; robot_rl/runtime/priority.py). Only the entry points call this: a
+    node built inside another program (a test, a bench) leaves that program's priority alone."""
+    if getattr(node, "CONTROL_PATH", False):
+        from robot_rl.runtime.priority import set_control_priority
+
+        if set_control_priority(node.cfg.priority, warn=node.get_logger().warning):
+            node.get_logger().info("priority realtime: SCHED_FIFO for every thread of this node's process")
+
+
 def run(node_factory, args=None) -> None:
     """rclpy.init, build the node, spin; SIGTERM and Ctrl-C end it cleanly (``close()`` if any). A
     configuration the node refuses while it is built is one line and exit status 2 (``refuse``).
@@ -123,6 +135,7 @@ def run(node_factory, args=None) -> None:
     try:
         try:
             node = node_factory()
+            take_control_priority(node)
         except (UserFacingError, ValueError) as err:  # a configuration it refuses: one line, exit status 2
             refuse(err)
         spinners = [spin_in_background(side) for side in getattr(node, "background_nodes", [])]
@@ -190,6 +203,7 @@ def run_loop(node_factory, args=None) -> None:
     rclpy.init(args=args if args is not None else sys.argv)
     try:
         node = node_factory()
+        take_control_priority(node)
     except (UserFacingError, ValueError) as err:
         refuse(err)
     executor = spin_in_background(node)

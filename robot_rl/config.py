@@ -461,6 +461,10 @@ class TaskFileConfig:
                                  "reward_classifier; empty: the sim task named by task")
 
 
+CONTROL_PRIORITIES = ("realtime", "normal")  # the arm, camera and actor nodes' (robot_rl/runtime/priority.py)
+LEARNER_PRIORITIES = ("idle", "low", "normal")  # the learner node's
+
+
 @dataclass
 class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
     """``actor_node``: the policy acting on the robot at the control rate."""
@@ -483,9 +487,9 @@ class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
                                "(robot-rl report reads it)")
     device: str = setting("cpu", "the torch device of the policy's acting copy: cpu (a robot PC acts on its CPU "
                                  "while the learner node uses a GPU), auto, cuda, cuda:N or mps")
-
-
-LEARNER_PRIORITIES = ("idle", "low", "normal")
+    priority: str = setting("realtime", "the actor's CPU priority (the control path): realtime (SCHED_FIFO where "
+                                        "the system allows it, else a warning and normal) or normal",
+                            choices=CONTROL_PRIORITIES)
 
 
 @dataclass

@@ -20,7 +20,7 @@ CONFIGS = (TrainConfig, ActorNodeConfig, LearnerNodeConfig)
 # same name, different job: each config declares its own (total steps vs "0: until shut down", a
 # run folder made per run vs a fixed one, a learner node's small agent-only checkpoints more often, the
 # actor node's acting copy on the CPU of a robot PC vs the learner's GPU when there is one)
-OWN_PER_CONFIG = {"run_dir", "env_steps", "checkpoint_every_s", "device"}
+OWN_PER_CONFIG = {"run_dir", "env_steps", "checkpoint_every_s", "device", "priority"}  # priority: the control path's, the learner's
 
 
 def train_overrides(*argv: str) -> dict:
@@ -332,11 +332,13 @@ def test_the_actor_node_writes_its_config_and_builds_its_policy_from_the_same_fi
 
 
 @pytest.mark.ros
-@pytest.mark.parametrize("parameter, says", [
-    ("agent:=[num_critic=3]", "parameter agent: unknown key 'num_critic'"),
-    ("priority:=urgent", "parameter priority must be one of idle, low, normal"),  # the learner's CPU priority beside the control path
+@pytest.mark.parametrize("node, parameter, says", [
+    ("learner_node", "agent:=[num_critic=3]", "parameter agent: unknown key 'num_critic'"),
+    ("learner_node", "priority:=urgent", "parameter priority must be one of idle, low, normal"),  # the learner's CPU priority beside the control path
+    ("actor_node", "priority:=idle", "parameter priority must be one of realtime, normal"),  # the control path's
+    ("arm_node", "priority:=urgent", "parameter priority must be one of realtime, normal"),
 ])
-def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path, parameter, says):
+def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path, node, parameter, says):
     """Exit status 2, before the node builds anything: the stack supervisor does not respawn a node
     whose configuration is wrong."""
     pytest.importorskip("rclpy")
@@ -345,10 +347,10 @@ def test_a_node_refusing_its_parameters_is_one_line_and_exit_status_2(tmp_path, 
 
     from tests.helpers.ros import free_domain_id, ros_environment
 
-    result = subprocess.run([sys.executable, "-m", "robot_rl.drivers.learner_node", "--ros-args", "-p",
-                             f"run_dir:={tmp_path / 'run'}", "-p", parameter],
+    run_dir = [] if node == "arm_node" else ["-p", f"run_dir:={tmp_path / 'run'}"]
+    result = subprocess.run([sys.executable, "-m", f"robot_rl.drivers.{node}", "--ros-args", *run_dir, "-p", parameter],
                             env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"learner_node: error: {says}"), line
+    assert line.startswith(f"{node}: error: {says}"), line
     assert not (tmp_path / "run").exists()

@@ -25,6 +25,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 from robot_rl.drivers import messages as msgs  # noqa: E402
 from robot_rl.drivers import topics  # noqa: E402
 from tests.helpers.ros import Probe, free_domain_id, node_process  # noqa: E402
+from tests.test_priority import realtime_allowed, thread_policies  # noqa: E402
 
 LIMITS = ControlLimits()
 BOX = SafetyBox(low=(0.3, -0.25, 0.01), high=(0.7, 0.25, 0.35))
@@ -343,6 +344,15 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     probe.spin_until(lambda: len(poses) > 5 and len(images) > 5, 60, "arm state and camera frames")
     img = images[-1][1]
     assert (img.height, img.width, img.encoding) == (32, 32, "rgb8")
+    # the control path at its default priority, realtime: each node's threads SCHED_FIFO, none at
+    # normal priority (a renderer may put a background queue of its own at SCHED_BATCH), where this
+    # user may; otherwise each node said why in one warning
+    for proc, log in ((arm, "arm_node.log"), (cam, "camera_front.log")):
+        if realtime_allowed():
+            policies = thread_policies(proc.pid)
+            assert os.SCHED_FIFO in policies and os.SCHED_OTHER not in policies, (log, policies)
+        else:
+            assert "may not use real-time scheduling" in (logs / log).read_text()
     # frames are stamped with the scene instant they show, which the arm published
     pose_stamps = {msgs.ns_from_stamp(m.header.stamp) for _, m in poses}
     assert abs(msgs.ns_from_stamp(img.header.stamp) - min(pose_stamps, key=lambda s: abs(s - msgs.ns_from_stamp(img.header.stamp)))) < 1e6

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.config import LEARNER_PRIORITIES, LearnerNodeConfig
+from robot_rl.runtime.priority import normal_priority, set_control_priority
 
 from robot_rl import bench
 
@@ -82,10 +83,11 @@ def _policy(kind: str, size: int):
 
 
 def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_latency_ms: float,
-                 learner_priority: str | None = None) -> dict:
+                 learner_priority: str | None = None, control_priority: str = "realtime") -> dict:
     """The actor's control loop over the arm and camera nodes; with ``learner_priority`` a learner
     trains beside it at that priority the whole time (figures suffixed ``_with_learner_<priority>``),
-    as on a one-PC cell."""
+    as on a one-PC cell. The arm, the cameras and this process (the actor) run at
+    ``control_priority``, the nodes' own default realtime (``_control_normal`` otherwise)."""
     import rclpy
     from rclpy.node import Node
 
@@ -98,8 +100,10 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
     torch.set_num_threads(1)  # as actor_node: the control loop never waits on an intra-op thread pool
     size = p["pixel_size"]
     cameras = ("front", "wrist") if kind == "pixels" else ()
-    procs = [_start("robot_rl.drivers.arm_node", {"seed": 1}, domain, log_dir, f"arm_{kind}")]
-    procs += [_start("robot_rl.drivers.camera_node", {"name": c, "height": size, "width": size}, domain, log_dir,
+    procs = [_start("robot_rl.drivers.arm_node", {"seed": 1, "priority": control_priority}, domain, log_dir,
+                    f"arm_{kind}")]
+    procs += [_start("robot_rl.drivers.camera_node", {"name": c, "height": size, "width": size,
+                                                      "priority": control_priority}, domain, log_dir,
                      f"camera_{c}_{kind}") for c in cameras]
     learner = None
     if learner_priority is not None:
@@ -107,6 +111,7 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
         learner = _start("robot_rl.bench.ros", {}, domain, log_dir, f"learner_{kind}_{learner_priority}",
                          ["learner", kind, learner_priority, str(learner_result)])
         procs.append(learner)
+    realtime = set_control_priority(control_priority, warn=log)  # this process is the actor
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = Node(f"bench_actor_{kind}", context=context)
@@ -135,6 +140,7 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
         p50, p99 = _percentiles(ros_env.latencies_ms, 50, 99)
         kind = f"asap_{kind}" if command_latency_ms == 0 else kind
         kind += "" if learner is None else f"_with_learner_{learner_priority}"
+        kind += "" if control_priority == "realtime" else f"_control_{control_priority}"
         figures = {f"frame_to_command_latency_ms_p50_{kind}": p50, f"frame_to_command_latency_ms_p99_{kind}": p99,
                    f"loop_jitter_ms_p99_{kind}": _percentiles(jitter, 99)[0],
                    f"observation_to_action_ms_p99_{kind}": _percentiles(ros_env.ready_latencies_ms, 99)[0],
@@ -145,6 +151,8 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
         executor.shutdown()
         node.destroy_node()
         context.try_shutdown()
+        if realtime:
+            normal_priority()
         _stop(procs)
     if learner is not None:  # it trained the whole time: its update rate says how hard
         trained = json.loads(learner_result.read_text())
@@ -161,7 +169,7 @@ def learner_main(kind: str, priority: str, result_file: str) -> None:
     import torch
 
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.runtime.learner import lower_priority
+    from robot_rl.runtime.priority import lower_priority
     from robot_rl.bench.learner import QUICK as SIZES, make_agent, make_replay, pixel_spec, sample_batches, state_spec
     lower_priority(priority)
     torch.set_num_threads(LearnerNodeConfig.torch_threads)
@@ -293,6 +301,11 @@ def run(quick: bool = False, log=print) -> dict:
         # default priority and (full) at the others, to show what each buys
         for priority in LEARNER_PRIORITIES if not quick else (LearnerNodeConfig.priority,):
             figures.update(control_loop("pixels", p, domain, Path(tmp), log, latency_ms, learner_priority=priority))
+        # and what the control path's realtime priority buys: the same with the arm, cameras and actor at normal
+        figures.update(control_loop("pixels", p, domain, Path(tmp), log, latency_ms,
+                                    learner_priority=LearnerNodeConfig.priority, control_priority="normal"))
+        figures["control_path_realtime"] = set_control_priority("realtime", warn=log)  # whether this system allows it
+        normal_priority()
     from robot_rl.bench import franka
 
     figures.update(franka.run(p["franka_periods"], log))
@@ -314,6 +327,9 @@ def run(quick: bool = False, log=print) -> dict:
         f"{LearnerNodeConfig.torch_threads} torch thread as the learner node) at that priority (idle: SCHED_IDLE; "
         f"low: niceness 10; normal); the learner node's default is {LearnerNodeConfig.priority}; "
         "command_latency_misses counts commands that left after their slot",
+        "the arm, the cameras and the actor run at the control-path nodes' default priority realtime (SCHED_FIFO, "
+        "when control_path_realtime is true: the system allows it) but in the _control_normal figures, where they "
+        "run at normal priority beside the same learner",
     ]
     return figures
 

@@ -34,7 +34,6 @@ import dataclasses
 import faulthandler
 import json
 import math
-import os
 import signal
 import time
 import traceback
@@ -371,16 +370,3 @@ def learner_main(conn, setup_json: str) -> None:
         faults.close()
         if not Path(faults.name).stat().st_size:  # an ordinary end leaves no empty log behind
             Path(faults.name).unlink()
-
-
-def lower_priority(priority: str) -> None:
-    """This process's CPU priority as a learner beside a control path on one PC (``priority`` of
-    ``LearnerNodeConfig``): ``idle`` (Linux's SCHED_IDLE: it runs on the time the arm, cameras and
-    actor leave; niceness 19 where there is no such policy), ``low`` (niceness 10) or ``normal``."""
-    if priority == "idle":
-        if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.nice(19)
-    elif priority == "low":
-        os.nice(10)
