@@ -148,41 +148,38 @@ class LocalEnv(Watched):
         self.env.close()
 
 
-class WorkerEnv(Watched):
-    """The env in a worker process of ``python`` (``worker.py`` run as a script), over its stdin and
-    stdout in ``worker``'s frames. Its death is one ``EnvWorkerError`` naming the env and the last
-    lines of its stderr: a read of a dead process's stdout ends at once, so nothing waits."""
+class WorkerProcess(Watched):
+    """A script of ours (``worker.py``) run by another interpreter ``python``, spoken to over its
+    stdin and stdout in ``worker``'s frames, one reply per request. Its death is one
+    ``EnvWorkerError`` naming ``what`` it serves and the last lines of its stderr: a read of a dead
+    process's stdout ends at once, so nothing waits. A request that passes ``timeout_s`` stops it."""
 
-    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None,
-                 timeout_s: float | None = None):
-        self.env_id, self.python, self.timeout_s = env_id, python, timeout_s
+    def __init__(self, python: str, args: list[str], what: str, option: str, timeout_s: float | None = None):
+        self.python, self.what, self.option, self.timeout_s = python, what, option, timeout_s
         self._pending: str | None = None  # a request sent and not answered: its worker is busy or hung
         if not Path(python).is_file() or not os.access(python, os.X_OK):
-            raise InputError(f"--env-python {python}: not an executable file")
+            raise InputError(f"{option} {python}: not an executable file")
         env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
         try:
-            self.proc = subprocess.Popen([python, str(WORKER), env_id, json.dumps(kwargs), expert or "", setup or ""],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            self.proc = subprocess.Popen([python, str(WORKER), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env)
         except OSError as exc:
-            raise InputError(f"--env-python {python}: does not start ({exc.strerror or exc})") from None
+            raise InputError(f"{option} {python}: does not start ({exc.strerror or exc})") from None
         self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._stderr_done = threading.Event()
-        threading.Thread(target=self._drain_stderr, daemon=True, name="env-worker-stderr").start()
+        threading.Thread(target=self._drain_stderr, daemon=True, name="worker-stderr").start()
+
+    def _hello(self, kind: str, needs: str) -> dict:
+        """The worker's first reply (what it serves, or why it could not start); ``kind`` names the
+        worker and ``needs`` what its interpreter must have, for the error when that fails."""
         try:
-            hello = self._reply("start")
+            return self._reply("start")
         except EnvWorkerError as exc:
             self.close()
             missing = [name for name in ("gymnasium", "numpy") if f"No module named '{name}'" in str(exc)]
             if missing:
-                raise InputError(f"--env-python {python} lacks {missing[0]} (its env worker needs gymnasium and "
-                                 "numpy, and the env's own package)") from None
-            raise InputError(f"--env-python {python}: the env worker did not start: {exc}") from None
-        if not hello.get("ok"):
-            self.close()
-            raise _start_error(env_id, expert, hello.get("stage", "make"), hello.get("error_type", "Error"),
-                               hello.get("error", ""))
-        self.observation_space, self.action_space = hello["observation_space"], hello["action_space"]
-        self.max_episode_steps, self.control_hz = hello.get("max_episode_steps"), hello.get("control_hz")
+                raise InputError(f"{self.option} {self.python} lacks {missing[0]} ({needs})") from None
+            raise InputError(f"{self.option} {self.python}: the {kind} did not start: {exc}") from None
 
     def _drain_stderr(self) -> None:
         for raw in iter(self.proc.stderr.readline, b""):
@@ -198,8 +195,12 @@ class WorkerEnv(Watched):
         self._stderr_done.wait(timeout=10)  # the pipe ends with the process
         tail = [line for line in self.stderr if line.strip()][-3:]
         said = " | ".join(tail) if tail else "nothing on stderr"
-        return EnvWorkerError(f"env {self.env_id}: its worker process ({self.python}) died during {during} "
+        return EnvWorkerError(f"{self.what}: its worker process ({self.python}) died during {during} "
                               f"(exit code {code}); its stderr ended: {said}")
+
+    def _overdue(self, during: str) -> EnvTimeout:
+        return EnvTimeout(f"{self.what}: its {during} did not return within {self.timeout_s:g} s; its worker process "
+                          f"({self.python}) was stopped")
 
     def _await(self, during: str) -> None:
         """Until the worker's reply starts (one reply per request: none waits in the read buffer),
@@ -209,8 +210,7 @@ class WorkerEnv(Watched):
             waited = time.monotonic() - start
             if self.timeout_s is not None and waited >= self.timeout_s:
                 self._kill()
-                raise _timeout_error(self.env_id, during, self.timeout_s, f"its worker process ({self.python}) "
-                                     "was stopped") from None
+                raise self._overdue(during) from None
             left = POLL_S if self.timeout_s is None else min(POLL_S, self.timeout_s - waited)
             if select.select([self.proc.stdout], [], [], left)[0]:
                 return
@@ -242,19 +242,8 @@ class WorkerEnv(Watched):
         reply = self._reply(during)
         self._pending = None
         if not reply.get("ok"):
-            raise EnvWorkerError(f"env {self.env_id} failed {op} in its worker: {reply.get('error')}")
+            raise EnvWorkerError(f"{self.what} failed {op} in its worker: {reply.get('error')}")
         return reply
-
-    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
-        reply = self._request("reset", seed=seed)
-        return reply["arrays"], reply["info"]
-
-    def step(self, action: np.ndarray):
-        reply = self._request("step", {"action": np.asarray(action)})
-        return reply["arrays"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
-
-    def expert_action(self) -> np.ndarray:
-        return self._request("expert", during="scripted action")["arrays"]["action"]
 
     def close(self) -> None:
         if self._pending is not None:  # abandoned mid-call: it would not answer a close
@@ -271,6 +260,37 @@ class WorkerEnv(Watched):
                 stream.close()
             except OSError:
                 pass
+
+
+class WorkerEnv(WorkerProcess):
+    """The env in a worker process of ``python`` (``worker.py`` run as a script)."""
+
+    def __init__(self, python: str, env_id: str, kwargs: dict, expert: str | None = None, setup: str | None = None,
+                 timeout_s: float | None = None):
+        self.env_id = env_id
+        super().__init__(python, [env_id, json.dumps(kwargs), expert or "", setup or ""], f"env {env_id}",
+                         "--env-python", timeout_s)
+        hello = self._hello("env worker", "its env worker needs gymnasium and numpy, and the env's own package")
+        if not hello.get("ok"):
+            self.close()
+            raise _start_error(env_id, expert, hello.get("stage", "make"), hello.get("error_type", "Error"),
+                               hello.get("error", ""))
+        self.observation_space, self.action_space = hello["observation_space"], hello["action_space"]
+        self.max_episode_steps, self.control_hz = hello.get("max_episode_steps"), hello.get("control_hz")
+
+    def _overdue(self, during: str) -> EnvTimeout:
+        return _timeout_error(self.env_id, during, self.timeout_s, f"its worker process ({self.python}) was stopped")
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        reply = self._request("reset", seed=seed)
+        return reply["arrays"], reply["info"]
+
+    def step(self, action: np.ndarray):
+        reply = self._request("step", {"action": np.asarray(action)})
+        return reply["arrays"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
+
+    def expert_action(self) -> np.ndarray:
+        return self._request("expert", during="scripted action")["arrays"]["action"]
 
 
 def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None,
