@@ -337,3 +337,20 @@ def test_faults_bench_kills_and_corrupts_without_losing_anything(monkeypatch, ow
     assert figures["corruptions_injected"] == 18 and figures["corruptions_detected"] == 18, figures["corruptions"]
     if "learner_skipped" not in figures:
         assert figures["learner_restarts_ok"] == 1, said
+
+
+def test_base_bench_quick_times_a_chunked_base_in_process_and_through_a_worker():
+    from robot_rl.bench import base as base_bench
+
+    figures = base_bench.run(quick=True, log=lambda msg: None)
+    steps = base_bench.QUICK["steps"]
+    for where in ("in_process", "worker"):
+        # receding plays each chunk whole: one query per HORIZON steps; ensembling queries every step
+        assert figures[f"base_queries_{where}_receding"] == -(-steps // base_bench.HORIZON)
+        assert figures[f"base_queries_{where}_ensemble"] == steps
+        for mode in ("receding", "ensemble"):
+            assert 0 < figures[f"base_query_ms_p50_{where}_{mode}"] <= figures[f"base_query_ms_p99_{where}_{mode}"]
+            assert 0 < figures[f"base_step_ms_p50_{where}_{mode}"] <= figures[f"base_step_ms_p99_{where}_{mode}"]
+        # a step that plays a chunk it holds does not wait on the base
+        assert figures[f"base_step_ms_p50_{where}_receding"] < figures[f"base_query_ms_p50_{where}_receding"]
+    assert isinstance(figures["worker_hop_ms_p50"], float)

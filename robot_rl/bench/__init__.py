@@ -20,6 +20,8 @@ class Benchmark(NamedTuple):
 
 # name -> Benchmark: the one place a benchmark is named, found and described
 BENCHMARKS: dict[str, Benchmark] = {
+    "base": Benchmark("robot_rl.bench.base",
+                      "a frozen base policy's cost per query and control step, in process and through a worker"),
     "classifier": Benchmark("robot_rl.bench.classifier",
                             "the success classifier as the reward: false positives, recall, steps to 90%"),
     "console": Benchmark("robot_rl.bench.console",

@@ -1,4 +1,5 @@
-"""A Gymnasium env in a process of another Python interpreter (``robot-rl train --env-python``).
+"""A Gymnasium env in a process of another Python interpreter (``robot-rl train --env-python``), or
+(``worker.py --base module:function``) a base policy there (``--base-python``: ``serve_base``).
 
 This file is run as a script by that interpreter (``python worker.py``), so it imports nothing of
 robot_rl: only the standard library, numpy and gymnasium (and the env's own package, through
@@ -236,17 +237,64 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
             write_frame(out, {"ok": False, "error": lines[-1].strip()})
 
 
+# ---------------------------------------------------------------------------- a base policy's worker
+def call_base(policy, obs: dict) -> np.ndarray:
+    """A base policy's answer as float32 ``[K, A]`` (an action ``[A]`` is a chunk of one)."""
+    chunk = np.asarray(policy(obs), np.float32)
+    if chunk.ndim == 1:
+        chunk = chunk[None]
+    if chunk.ndim != 2 or chunk.shape[0] < 1:
+        raise ValueError(f"a base policy returns an action [A] or a chunk [K, A], got shape {list(chunk.shape)}")
+    return chunk
+
+
+def serve_base(spec: str, inp, out) -> None:
+    """A base policy (``module:function``, observation dict -> action or chunk; its ``reset`` attribute,
+    if any, called at each episode's start) behind requests ``query`` (arrays: the observation) and
+    ``reset``. It imports only numpy and the policy's own packages (a LeRobot venv's)."""
+    try:
+        policy = load_function(spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+        write_frame(out, {"ok": False, "stage": "load", "error_type": type(exc).__name__,
+                          "error": (str(exc).splitlines() or [""])[0]})
+        return
+    write_frame(out, {"ok": True, "numpy": np.__version__, "python": sys.version.split()[0]})
+    while True:
+        try:
+            header, arrays = read_frame(inp)
+        except EOFError:
+            return
+        op = header.get("op")
+        try:
+            if op == "close":
+                write_frame(out, {"ok": True})
+                return
+            if op == "reset":
+                if callable(getattr(policy, "reset", None)):
+                    policy.reset()
+                write_frame(out, {"ok": True})
+            elif op == "query":
+                write_frame(out, {"ok": True}, {"chunk": call_base(policy, arrays)})
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the policy
+            lines = traceback.format_exception_only(type(exc), exc)
+            write_frame(out, {"ok": False, "error": lines[-1].strip()})
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    env_id, kwargs = sys.argv[1], json.loads(sys.argv[2])
-    expert_spec, setup_spec = (sys.argv[3] or None), (sys.argv[4] or None)
     sys.path[0] = os.getcwd()  # scripted policies resolve from the working folder, as with python -m
     # the frames own the real stdout; anything the env prints goes to stderr
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     inp = os.fdopen(os.dup(0), "rb")
-    serve(env_id, kwargs, expert_spec, setup_spec, inp, out)
+    if sys.argv[1] == "--base":  # a base policy's worker (robot_rl/base_policy.py)
+        serve_base(sys.argv[2], inp, out)
+    else:
+        env_id, kwargs = sys.argv[1], json.loads(sys.argv[2])
+        serve(env_id, kwargs, (sys.argv[3] or None), (sys.argv[4] or None), inp, out)
     out.flush()
     os._exit(0)  # skip interpreter teardown: some envs' renderers fail in it headless
 

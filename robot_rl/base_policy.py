@@ -1,0 +1,188 @@
+"""A frozen base policy, the policy a lab already has, that residual RL practises on top of
+(issue 46), and the action chunks it answers with.
+
+Sources (``open_base``):
+
+- ``module:function`` (or ``path/file.py:function``): the function maps the flat observation
+  (``state`` float32 and each camera's uint8 ``[H, W, 3]`` image) to an action ``[A]`` or a
+  chunk of the next K actions ``[K, A]``, in the contract's [-1, 1]; its ``reset`` attribute, if
+  it has one, is called at each episode's start. In this process (``FunctionBase``) or, with a
+  ``python`` (``--base-python``: a LeRobot venv's interpreter, whose torch ours cannot share), in
+  a worker process of that interpreter (``WorkerBase``: ``foreign/worker.py --base``, arrays and
+  JSON over pipes, never pickle). The two give the same actions.
+- a run folder of ours (``CheckpointBase``): its newest checkpoint's deterministic policy, one
+  action per query.
+
+``ActionChunks`` turns the chunks into one action per control step. It queries the base every
+``every`` steps (at most the chunk's length K: the newest chunk must still cover the step) and
+plays either the newest chunk (``receding``: with ``every`` = K each chunk is played whole) or,
+ACT's temporal ensembling (``ensemble``), the average of what every chunk still covering the
+step predicted for it, weighted ``exp(-m i)`` with i = 0 the oldest prediction. It records each
+query's latency and each control step's (``latency``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from robot_rl.errors import InputError
+from robot_rl.foreign import worker
+from robot_rl.foreign.client import WorkerProcess
+
+MODES = ("receding", "ensemble")
+ENSEMBLE_M = 0.01  # ACT's temporal-ensembling weight exp(-m i), i = 0 the oldest prediction
+
+
+class BasePolicy(Protocol):
+    """What ``ActionChunks`` asks of a base: ``query`` an observation for a float32 ``[K, A]`` chunk."""
+
+    def reset(self) -> None: ...
+
+    def query(self, obs: dict) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+class FunctionBase:
+    """``module:function`` called in this process."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        try:
+            self.policy = worker.load_function(spec)
+        except Exception as exc:  # noqa: BLE001 - a user's module: its error as one line
+            raise InputError(f"--base-policy {spec}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}") from None
+
+    def reset(self) -> None:
+        if callable(getattr(self.policy, "reset", None)):
+            self.policy.reset()
+
+    def query(self, obs: dict) -> np.ndarray:
+        return worker.call_base(self.policy, obs)
+
+    def close(self) -> None:
+        pass
+
+
+class WorkerBase(WorkerProcess):
+    """``module:function`` in a worker process of another interpreter ``python``."""
+
+    def __init__(self, python: str, spec: str, timeout_s: float | None = None):
+        self.spec = spec
+        super().__init__(python, ["--base", spec], f"base policy {spec}", "--base-python", timeout_s)
+        hello = self._hello("base policy's worker", "its worker needs numpy, and the policy's own packages")
+        if not hello.get("ok"):
+            self.close()
+            raise InputError(f"--base-policy {spec} (in {python}): {hello.get('error_type', 'Error')}: "
+                             f"{hello.get('error', '')}")
+
+    def reset(self) -> None:
+        self._request("reset")
+
+    def query(self, obs: dict) -> np.ndarray:
+        arrays = {key: np.asarray(value) for key, value in obs.items()}
+        return np.asarray(self._request("query", arrays)["arrays"]["chunk"], np.float32)
+
+
+class CheckpointBase:
+    """A run folder of ours: its newest checkpoint's deterministic policy, one action per query."""
+
+    def __init__(self, run: str | Path, device: str = "cpu"):
+        from robot_rl.runtime.checkpoint import CheckpointError, load_agent, resolve_checkpoint
+
+        try:
+            ckpt = resolve_checkpoint(Path(run))
+            self.agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device=device)
+        except (CheckpointError, OSError) as err:
+            raise InputError(f"--base-policy {run}: {err}") from None
+        self.spec = str(ckpt)
+
+    def reset(self) -> None:
+        pass
+
+    def query(self, obs: dict) -> np.ndarray:
+        return self.agent.act(obs, deterministic=True)[None].astype(np.float32)
+
+    def close(self) -> None:
+        pass
+
+
+def open_base(source: str, python: str | None = None, timeout_s: float | None = None) -> BasePolicy:
+    """The base ``source`` names: a run folder of ours, or ``module:function`` (in a worker of
+    ``python`` when given, else in this process)."""
+    if Path(source).is_dir():
+        if python is not None:
+            raise InputError(f"--base-python serves a module:function; {source} is a run folder, which runs here")
+        return CheckpointBase(source)
+    if ":" not in source:
+        raise InputError(f"--base-policy {source}: neither a run folder nor module:function")
+    return WorkerBase(python, source, timeout_s) if python is not None else FunctionBase(source)
+
+
+class ActionChunks:
+    """One action per control step from a base that answers with chunks (see the module's doc)."""
+
+    def __init__(self, base: BasePolicy, action_dim: int, every: int | None = None, mode: str = "receding",
+                 m: float = ENSEMBLE_M):
+        if mode not in MODES:
+            raise InputError(f"--base-mode must be one of {list(MODES)}, got {mode!r}")
+        if every is not None and every < 1:
+            raise InputError(f"--base-every must be at least 1, got {every}")
+        self.base, self.action_dim, self.every, self.mode, self.m = base, action_dim, every, mode, m
+        self.horizon: int | None = None  # K, known from the first chunk
+        self.query_ms: list[float] = []
+        self.step_ms: list[float] = []
+        self._chunks: list[tuple[int, np.ndarray]] = []  # (the step it was queried at, the chunk), oldest first
+        self._t = 0
+
+    def reset(self) -> None:
+        self.base.reset()
+        self._chunks, self._t = [], 0
+
+    def _query(self, obs: dict) -> np.ndarray:
+        start = time.perf_counter()
+        chunk = self.base.query(obs)
+        self.query_ms.append((time.perf_counter() - start) * 1e3)
+        if chunk.ndim != 2 or chunk.shape[1] != self.action_dim:
+            raise InputError(f"the base policy's actions are {chunk.shape[-1]} wide; the env's are {self.action_dim}")
+        if self.horizon is None:
+            self.horizon = len(chunk)
+            self.every = self.every or self.horizon
+            if self.every > self.horizon:
+                raise InputError(f"--base-every {self.every} is above the base policy's horizon: its chunks hold "
+                                 f"{self.horizon} actions")
+        elif len(chunk) != self.horizon:
+            raise InputError(f"the base policy's chunks changed length from {self.horizon} to {len(chunk)}")
+        return chunk
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        """The base's action for this control step (float32 ``[A]``)."""
+        start = time.perf_counter()
+        t = self._t
+        if not self._chunks or t - self._chunks[-1][0] >= self.every:
+            self._chunks.append((t, self._query(obs)))
+        self._chunks = [(t0, chunk) for t0, chunk in self._chunks if t - t0 < len(chunk)]  # those covering t
+        if self.mode == "receding":
+            t0, chunk = self._chunks[-1]
+            action = chunk[t - t0]
+        else:
+            predictions = np.stack([chunk[t - t0] for t0, chunk in self._chunks])
+            weights = np.exp(-self.m * np.arange(len(predictions)))
+            action = (weights[:, None] * predictions).sum(0) / weights.sum()
+        self._t += 1
+        self.step_ms.append((time.perf_counter() - start) * 1e3)
+        return np.asarray(action, np.float32)
+
+    def latency(self) -> dict:
+        """p50 / p99 in ms of the base's queries and of the control steps (a step that queried included)."""
+        def pct(values, q):
+            return round(float(np.percentile(values, q)), 3) if values else None
+
+        return {"base_query_ms_p50": pct(self.query_ms, 50), "base_query_ms_p99": pct(self.query_ms, 99),
+                "base_step_ms_p50": pct(self.step_ms, 50), "base_step_ms_p99": pct(self.step_ms, 99),
+                "base_queries": len(self.query_ms), "base_steps": len(self.step_ms), "base_horizon": self.horizon,
+                "base_every": self.every, "base_mode": self.mode}

@@ -1,0 +1,139 @@
+"""A frozen base policy and its action chunks (robot_rl/base_policy.py, issue 46): a chunked base
+served in this process and from a worker of another interpreter gives the same actions; receding
+horizon and ACT's temporal ensembling; each bad base or setting is one error before any work."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from robot_rl.base_policy import ENSEMBLE_M, ActionChunks, CheckpointBase, FunctionBase, WorkerBase, open_base
+from robot_rl.errors import InputError
+from robot_rl.foreign.client import EnvWorkerError
+from tests.helpers import base_policies
+from tests.helpers.base_policies import ACTION_DIM, HORIZON
+
+SPEC = "tests.helpers.base_policies:chunked"
+
+
+def observations(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"state": rng.normal(size=20).astype(np.float32),
+             "front": rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)} for _ in range(n)]
+
+
+def actions_of(base, n: int = 12, **chunking) -> np.ndarray:
+    chunks = ActionChunks(base, ACTION_DIM, **chunking)
+    chunks.reset()
+    return np.stack([chunks(obs) for obs in observations(n)]), chunks
+
+
+@pytest.mark.parametrize("chunking", [dict(every=2), dict(every=1, mode="ensemble"), dict()])
+def test_a_base_in_a_worker_of_another_interpreter_acts_as_in_this_process(chunking):
+    here, _ = actions_of(FunctionBase(SPEC), **chunking)
+    worker = WorkerBase(sys.executable, SPEC)
+    try:
+        there, chunks = actions_of(worker, **chunking)
+    finally:
+        worker.close()
+    np.testing.assert_array_equal(here, there)
+    assert worker.proc.poll() is not None  # closed: no worker left behind
+    assert chunks.latency()["base_queries"] == len(chunks.query_ms) > 0
+
+
+def test_receding_horizon_plays_each_chunk_from_its_query_on():
+    obs = observations(12)
+    for every in (1, 2, HORIZON):
+        got, chunks = actions_of(FunctionBase(SPEC), every=every)
+        for t in range(12):
+            t0 = t - t % every  # the newest query
+            np.testing.assert_allclose(got[t], base_policies.chunked(obs[t0])[t - t0], rtol=1e-6)
+        assert len(chunks.query_ms) == -(-12 // every) and chunks.horizon == HORIZON
+    default, chunks = actions_of(FunctionBase(SPEC))  # every: the whole chunk
+    assert chunks.every == HORIZON and len(chunks.query_ms) == 3
+
+
+def test_temporal_ensembling_averages_every_chunk_covering_the_step_oldest_weighted_most():
+    obs = observations(8)
+    got, _ = actions_of(FunctionBase(SPEC), every=1, mode="ensemble", n=8)
+    for t in range(8):
+        starts = [t0 for t0 in range(max(0, t - HORIZON + 1), t + 1)]  # oldest first
+        predictions = np.stack([base_policies.chunked(obs[t0])[t - t0] for t0 in starts])
+        weights = np.exp(-ENSEMBLE_M * np.arange(len(starts)))
+        np.testing.assert_allclose(got[t], (weights[:, None] * predictions).sum(0) / weights.sum(), rtol=1e-5)
+
+
+def test_reset_starts_a_new_episode_s_chunks_and_tells_the_base():
+    before = base_policies.resets
+    chunks = ActionChunks(FunctionBase(SPEC), ACTION_DIM, every=3)
+    chunks.reset()
+    first = [chunks(obs) for obs in observations(2)]
+    chunks.reset()
+    again = [chunks(obs) for obs in observations(2)]
+    np.testing.assert_array_equal(first, again)  # the same observations from a fresh chunk
+    assert base_policies.resets == before + 2
+
+
+def test_a_single_action_is_a_chunk_of_one():
+    got, chunks = actions_of(FunctionBase("tests.helpers.base_policies:one_action"), n=3)
+    assert chunks.horizon == 1 and len(chunks.query_ms) == 3 and np.all(got == 0.5)
+
+
+@pytest.mark.parametrize("source, python, says", [
+    ("tests.helpers.base_policies:nowhere", None, "--base-policy tests.helpers.base_policies:nowhere: AttributeError"),
+    ("tests.helpers.no_such_module:act", None, "ModuleNotFoundError: No module named 'tests.helpers.no_such_module'"),
+    ("tests.helpers.no_such_module:act", sys.executable, "(in "),
+    ("just-a-name", None, "--base-policy just-a-name: neither a run folder nor module:function"),
+    (SPEC, "/no/such/python", "--base-python /no/such/python: not an executable file"),
+])
+def test_a_base_that_cannot_be_opened_is_one_line(source, python, says):
+    with pytest.raises(InputError) as err:
+        open_base(source, python)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_chunk_setting_the_base_cannot_meet_is_one_error_at_its_first_query():
+    with pytest.raises(InputError, match=rf"--base-every {HORIZON + 1} is above the base policy's horizon: its chunks "
+                                         rf"hold {HORIZON} actions"):
+        actions_of(FunctionBase(SPEC), every=HORIZON + 1)
+    with pytest.raises(InputError, match=f"the base policy's actions are {ACTION_DIM - 2} wide; the env's are {ACTION_DIM}"):
+        actions_of(FunctionBase("tests.helpers.base_policies:too_narrow"))
+    with pytest.raises(InputError, match="--base-mode must be one of"):
+        ActionChunks(FunctionBase(SPEC), ACTION_DIM, mode="average")
+    with pytest.raises(InputError, match="--base-every must be at least 1"):
+        ActionChunks(FunctionBase(SPEC), ACTION_DIM, every=0)
+
+
+def test_a_worker_that_dies_mid_run_is_one_error_naming_the_base_and_its_last_words():
+    worker = WorkerBase(sys.executable, "tests.helpers.base_policies:dies_on_the_third_query")
+    chunks = ActionChunks(worker, ACTION_DIM, every=1)
+    chunks.reset()
+    obs = observations(3)
+    chunks(obs[0]), chunks(obs[1])
+    with pytest.raises(EnvWorkerError) as err:
+        chunks(obs[2])
+    message = str(err.value)
+    assert message.startswith("base policy tests.helpers.base_policies:dies_on_the_third_query: its worker process")
+    assert "died during query (exit code 3)" in message and "out of memory" in message
+    worker.close()
+
+
+def test_a_run_folder_of_ours_is_a_base_of_one_action(tmp_path):
+    import torch
+
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.runtime.checkpoint import write_checkpoint
+
+    torch.manual_seed(0)
+    agent = SACAgent(SACConfig(state_dim=20, hidden=(32, 32)))
+    write_checkpoint(tmp_path, "step_000000010", agent, None, {"env_steps": 10})
+    base = open_base(str(tmp_path))
+    assert isinstance(base, CheckpointBase)
+    obs = observations(3)
+    got, chunks = actions_of(base, n=3)
+    np.testing.assert_allclose(got, np.stack([agent.act(o, deterministic=True) for o in obs]), rtol=1e-6)
+    assert chunks.horizon == 1
+    with pytest.raises(InputError, match="--base-python serves a module:function"):
+        open_base(str(tmp_path), sys.executable)
