@@ -44,7 +44,7 @@ def test_unknown_backend_and_benchmark(capsys):
     assert main(["sim", "run", "--backend", "gazebo"]) == 2
     assert "available backends" in capsys.readouterr().err
     assert main(["bench", "nope"]) == 2
-    assert "available: classifier, console, data, faults, hil, learner, learning, ros, sim" in capsys.readouterr().err
+    assert "available: base, classifier, console, data, faults, hil, learner, learning, ros, sim" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bug", [KeyError("state"), ValueError("operands could not be broadcast"),
