@@ -195,8 +195,7 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
         stage = "expert"
         expert = load_function(expert_spec) if expert_spec else None
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
-        write_frame(out, {"ok": False, "stage": stage, "error_type": type(exc).__name__,
-                          "error": (str(exc).splitlines() or [""])[0]})
+        refuse_start(out, stage, exc)
         return
     limit = env.spec.max_episode_steps if env.spec is not None else None
     write_frame(out, {"ok": True, "observation_space": describe_space(env.observation_space),
@@ -204,35 +203,53 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
                       "control_hz": control_hz(env),
                       "gymnasium": gym.__version__, "numpy": np.__version__, "python": sys.version.split()[0]})
     last = None
+
+    def handle(op: str, header: dict, arrays: dict) -> None:
+        nonlocal last
+        if op == "reset":
+            seed = header.get("seed")
+            if seed is not None:
+                seed_globals(int(seed))
+            last, info = env.reset(seed=seed)
+            if expert is not None and hasattr(expert, "reset"):
+                expert.reset()
+            write_frame(out, {"ok": True, "info": json_info(info)}, flatten_obs(last))
+        elif op == "step":
+            last, reward, terminated, truncated, info = env.step(arrays["action"])
+            write_frame(out, {"ok": True, "reward": float(reward), "terminated": bool(terminated),
+                              "truncated": bool(truncated), "info": json_info(info)}, flatten_obs(last))
+        elif op == "expert":
+            if expert is None:
+                raise RuntimeError("no scripted policy was given")
+            write_frame(out, {"ok": True}, {"action": call_policy(expert, last, env)})
+        else:
+            raise ValueError(f"unknown request {op!r}")
+
+    answer_requests(inp, out, handle)
+
+
+def refuse_start(out, stage: str, exc: Exception) -> None:
+    """The first reply of a worker that could not start: where (``stage``) and the error as one line."""
+    write_frame(out, {"ok": False, "stage": stage, "error_type": type(exc).__name__,
+                      "error": (str(exc).splitlines() or [""])[0]})
+
+
+def answer_requests(inp, out, handle) -> None:
+    """Until ``close`` or the end of the input: each request to ``handle(op, header, arrays)``, which
+    writes its reply; an exception it raises is the reply ``ok: false`` with the error as one line
+    (the parent raises it, naming what the worker serves)."""
     while True:
         try:
             header, arrays = read_frame(inp)
         except EOFError:
             return
         op = header.get("op")
+        if op == "close":
+            write_frame(out, {"ok": True})
+            return
         try:
-            if op == "close":
-                write_frame(out, {"ok": True})
-                return
-            if op == "reset":
-                seed = header.get("seed")
-                if seed is not None:
-                    seed_globals(int(seed))
-                last, info = env.reset(seed=seed)
-                if expert is not None and hasattr(expert, "reset"):
-                    expert.reset()
-                write_frame(out, {"ok": True, "info": json_info(info)}, flatten_obs(last))
-            elif op == "step":
-                last, reward, terminated, truncated, info = env.step(arrays["action"])
-                write_frame(out, {"ok": True, "reward": float(reward), "terminated": bool(terminated),
-                                  "truncated": bool(truncated), "info": json_info(info)}, flatten_obs(last))
-            elif op == "expert":
-                if expert is None:
-                    raise RuntimeError("no scripted policy was given")
-                write_frame(out, {"ok": True}, {"action": call_policy(expert, last, env)})
-            else:
-                raise ValueError(f"unknown request {op!r}")
-        except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the env
+            handle(op, header, arrays)
+        except Exception as exc:  # noqa: BLE001 - one line to the parent
             lines = traceback.format_exception_only(type(exc), exc)
             write_frame(out, {"ok": False, "error": lines[-1].strip()})
 
@@ -255,31 +272,21 @@ def serve_base(spec: str, inp, out) -> None:
     try:
         policy = load_function(spec)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
-        write_frame(out, {"ok": False, "stage": "load", "error_type": type(exc).__name__,
-                          "error": (str(exc).splitlines() or [""])[0]})
+        refuse_start(out, "load", exc)
         return
     write_frame(out, {"ok": True, "numpy": np.__version__, "python": sys.version.split()[0]})
-    while True:
-        try:
-            header, arrays = read_frame(inp)
-        except EOFError:
-            return
-        op = header.get("op")
-        try:
-            if op == "close":
-                write_frame(out, {"ok": True})
-                return
-            if op == "reset":
-                if callable(getattr(policy, "reset", None)):
-                    policy.reset()
-                write_frame(out, {"ok": True})
-            elif op == "query":
-                write_frame(out, {"ok": True}, {"chunk": call_base(policy, arrays)})
-            else:
-                raise ValueError(f"unknown request {op!r}")
-        except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the policy
-            lines = traceback.format_exception_only(type(exc), exc)
-            write_frame(out, {"ok": False, "error": lines[-1].strip()})
+
+    def handle(op: str, header: dict, arrays: dict) -> None:
+        if op == "reset":
+            if callable(getattr(policy, "reset", None)):
+                policy.reset()
+            write_frame(out, {"ok": True})
+        elif op == "query":
+            write_frame(out, {"ok": True}, {"chunk": call_base(policy, arrays)})
+        else:
+            raise ValueError(f"unknown request {op!r}")
+
+    answer_requests(inp, out, handle)
 
 
 def main() -> None:
