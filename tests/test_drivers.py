@@ -25,7 +25,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 from robot_rl.drivers import messages as msgs  # noqa: E402
 from robot_rl.drivers import topics  # noqa: E402
 from tests.helpers.ros import Probe, free_domain_id, node_process  # noqa: E402
-from tests.test_priority import realtime_allowed, thread_policies  # noqa: E402
+from tests.helpers.common import realtime_allowed, thread_policies  # noqa: E402
 
 LIMITS = ControlLimits()
 BOX = SafetyBox(low=(0.3, -0.25, 0.01), high=(0.7, 0.25, 0.35))

@@ -14,27 +14,10 @@ import pytest
 
 from robot_rl.errors import InputError
 from robot_rl.runtime import priority
+from tests.helpers.common import realtime_allowed
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_FIFO") or not os.path.isdir("/proc/self/task"),
                                 reason="Linux scheduling policies")
-
-
-def realtime_allowed() -> bool:
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_RTPRIO)
-    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= priority.REALTIME_PRIORITY
-
-
-def thread_policies(pid: int) -> set[int]:
-    """The scheduling policies of process ``pid``'s threads."""
-    policies = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            policies.add(os.sched_getscheduler(int(tid)))
-        except ProcessLookupError:  # a thread that ended meanwhile
-            pass
-    return policies
 
 
 def run_child(code: str) -> list[str]:

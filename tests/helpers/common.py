@@ -71,3 +71,27 @@ def franky_sim_lock(tmp_path_factory):
     with open(root / "franky-sim.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def realtime_allowed() -> bool:
+    """Whether this user may put threads under SCHED_FIFO at the control path's priority."""
+    import os
+    import resource
+
+    from robot_rl.runtime.priority import REALTIME_PRIORITY
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_RTPRIO)
+    return os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= REALTIME_PRIORITY
+
+
+def thread_policies(pid: int) -> set[int]:
+    """The scheduling policies of process ``pid``'s threads."""
+    import os
+
+    policies = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            policies.add(os.sched_getscheduler(int(tid)))
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return policies
