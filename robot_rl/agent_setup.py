@@ -94,12 +94,14 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
     the config's ``device`` (resolved: ``auto`` becomes the device this machine has)."""
 
     spec = obs_spec(env.observation_space)
-    residual = cfg.residual and cfg.has_demos
+    external_base = getattr(env, "base_action_dim", 0)  # a base policy's action ends the state (base_policy.py)
+    residual = (cfg.residual and cfg.has_demos) or bool(external_base)
     task = env.unwrapped.task
     base = dict(state_dim=spec["state"][0][0], cameras=tuple(env.cameras), image_size=tuple(cfg.image_size),
-                action_dim=env.action_space.shape[0], grasp_critic=task.uses_gripper,
+                action_dim=env.action_space.shape[0], grasp_critic=task.uses_gripper and not external_base,
                 residual_scale=cfg.residual_scale if residual else 0.0,
-                residual_penalty=cfg.residual_penalty if residual else 0.0, device=resolve_device(cfg.device))
+                residual_penalty=cfg.residual_penalty if residual else 0.0, base_action_dim=external_base,
+                device=resolve_device(cfg.device))
     if getattr(task, "foreign", False):  # a mapped env: where its state says the gripper is open, if it says so
         if task.gripper_open_index is None:
             base.update(grasp_penalty=0.0)

@@ -6,7 +6,8 @@ Sources (``open_base``):
 - ``module:function`` (or ``path/file.py:function``): the function maps the flat observation
   (``state`` float32 and each camera's uint8 ``[H, W, 3]`` image) to an action ``[A]`` or a
   chunk of the next K actions ``[K, A]``, in the contract's [-1, 1]; its ``reset`` attribute, if
-  it has one, is called at each episode's start. In this process (``FunctionBase``) or, with a
+  it has one, is called at each episode's start. A ``module:Class`` (a stateful base) gives each env
+that queries it an instance of its own: training and evaluation never share one. In this process (``FunctionBase``) or, with a
   ``python`` (``--base-python``: a LeRobot venv's interpreter, whose torch ours cannot share), in
   a worker process of that interpreter (``WorkerBase``: ``foreign/worker.py --base``, arrays and
   JSON over pipes, never pickle). The two give the same actions.
@@ -19,17 +20,30 @@ plays either the newest chunk (``receding``: with ``every`` = K each chunk is pl
 ACT's temporal ensembling (``ensemble``), the average of what every chunk still covering the
 step predicted for it, weighted ``exp(-m i)`` with i = 0 the oldest prediction. It records each
 query's latency and each control step's (``latency``).
+
+``BaseActionEnv`` puts the base into a run: around the cell (contract observations) it asks the
+chunks for the base's action at every observation, at reset and after each step, and hands it on
+under ``base_action`` (clipped to [-1, 1]); ``FlatObservation`` appends it to the state, so the
+residual policy (``agents/sac.py``, ``base_action_dim``) sees it and acts
+clip(base + residual_scale * residual) on every action dimension. What the cell executes, the
+human's action included, is what the replay stores: demonstrations need no mapping, only the
+base's action at each of their observations (``label``). ``make_base_env`` builds it and checks
+the base against the run (its action width, its chunk's length, a checkpoint's observations)
+before any work.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
+import gymnasium as gym
 import numpy as np
 
-from robot_rl.errors import InputError
+from robot_rl.contract import Transition
+from robot_rl.errors import InputError, TrainingError
 from robot_rl.foreign import worker
 from robot_rl.foreign.client import WorkerProcess
 
@@ -53,7 +67,7 @@ class FunctionBase:
     def __init__(self, spec: str):
         self.spec = spec
         try:
-            self.policy = worker.load_function(spec)
+            self.policy = worker.load_base(spec)
         except Exception as exc:  # noqa: BLE001 - a user's module: its error as one line
             raise InputError(f"--base-policy {spec}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}") from None
 
@@ -147,6 +161,9 @@ class ActionChunks:
         start = time.perf_counter()
         chunk = self.base.query(obs)
         self.query_ms.append((time.perf_counter() - start) * 1e3)
+        if chunk.ndim == 2 and not np.isfinite(chunk).all():
+            raise TrainingError(f"the base policy {getattr(self.base, 'spec', '')} answered with NaN or an infinity "
+                                f"at control step {self._t} of its episode")
         if chunk.ndim != 2 or chunk.shape[1] != self.action_dim:
             raise InputError(f"the base policy's actions are {chunk.shape[-1]} wide; the env's are {self.action_dim}")
         if self.horizon is None:
@@ -186,3 +203,86 @@ class ActionChunks:
                 "base_step_ms_p50": pct(self.step_ms, 50), "base_step_ms_p99": pct(self.step_ms, 99),
                 "base_queries": len(self.query_ms), "base_steps": len(self.step_ms), "base_horizon": self.horizon,
                 "base_every": self.every, "base_mode": self.mode}
+
+
+class BaseActionEnv(gym.Wrapper):
+    """The cell with the base policy's action for each observation, under ``base_action`` (see the
+    module's doc). ``observe``: raw observation -> what the base reads (the run's flat observation)."""
+
+    def __init__(self, env: gym.Env, chunks: ActionChunks, observe: Callable[[dict], dict]):
+        super().__init__(env)
+        self.chunks, self.observe = chunks, observe
+        width = env.action_space.shape[0]
+        self.observation_space = gym.spaces.Dict({**env.observation_space.spaces,
+                                                  "base_action": gym.spaces.Box(-1.0, 1.0, (width,), np.float32)})
+
+    def base_action(self, raw: dict) -> np.ndarray:
+        return np.clip(self.chunks(self.observe(raw)), -1.0, 1.0)
+
+    def reset(self, **kwargs):
+        raw, info = self.env.reset(**kwargs)
+        self.chunks.reset()
+        return {**raw, "base_action": self.base_action(raw)}, info
+
+    def step(self, action):
+        raw, reward, terminated, truncated, info = self.env.step(action)
+        return {**raw, "base_action": self.base_action(raw)}, reward, terminated, truncated, info
+
+    def label(self, episode: Iterable[Transition]) -> Iterator[Transition]:
+        """One recorded episode's transitions (in order) with the base's action at each observation,
+        queried as a run would have: reset, then once per observation."""
+        self.chunks.reset()
+        previous = None
+        for transition in episode:
+            obs = previous if previous is not None else {**transition.obs, "base_action": self.base_action(transition.obs)}
+            next_obs = {**transition.next_obs, "base_action": self.base_action(transition.next_obs)}
+            previous = next_obs
+            yield transition._replace(obs=obs, next_obs=next_obs)
+
+    def latency(self) -> dict:
+        return self.chunks.latency()
+
+    def close(self) -> None:
+        try:
+            self.chunks.base.close()
+        finally:
+            super().close()
+
+
+def make_base_env(cell: gym.Env, obs: str, cameras, source: str, python: str | None = None, every: int | None = None,
+                  mode: str = "receding", timeout_s: float | None = None, probe_seed: int | None = 0) -> BaseActionEnv:
+    """``cell`` with the base ``source`` (``open_base``) reading the run's flat observations
+    (``obs``, ``cameras``). With ``probe_seed`` one reset checks the base against the run before
+    any work: its action's width, its chunk's length against ``every``. The base is closed if
+    anything fails."""
+    from robot_rl.envs import FlatObservation
+
+    flat = FlatObservation(cell, obs, cameras)
+    base = open_base(source, python, timeout_s)
+    try:
+        if isinstance(base, CheckpointBase):
+            from robot_rl.runtime.checkpoint import CheckpointError, check_compatible
+
+            try:
+                check_compatible(base.agent.config, flat, Path(base.spec))
+            except CheckpointError as err:
+                raise InputError(f"--base-policy {source}: {err}") from None
+        wrapped = BaseActionEnv(cell, ActionChunks(base, cell.action_space.shape[0], every, mode), flat.observation)
+        if probe_seed is not None:
+            wrapped.reset(seed=probe_seed)
+        return wrapped
+    except BaseException:
+        base.close()
+        raise
+
+
+def with_base_policy(cfg, cell):
+    """``cell`` as it is, or with ``cfg.base_policy`` beside it (``base_policy.make_base_env``)."""
+    if not getattr(cfg, "base_policy", None):
+        return cell
+    try:
+        return make_base_env(cell, cfg.obs, cfg.cameras, cfg.base_policy, cfg.base_python, cfg.base_every,
+                             cfg.base_mode, getattr(cfg, "env_timeout_s", 0) or None)
+    except BaseException:
+        cell.close()
+        raise

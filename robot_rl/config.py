@@ -181,6 +181,37 @@ class EnvConfig:
             raise MissingFileError(f"env map {self.env_map}: no such file")
 
 
+@dataclass
+class BasePolicyConfig:
+    """A frozen base policy of the lab's own that the policy practises on top of (residual RL, issue 46:
+    ``robot_rl/base_policy.py``)."""
+
+    base_policy: str | None = setting(None, "a frozen base policy to act residually on: a run folder of ours, or "
+                                            "module:function (file.py:function; observation -> action or a chunk of "
+                                            "K actions); the policy learns a bounded correction on every action "
+                                            "dimension, seeing the base's action", metavar="SOURCE",
+                                      kept_on_resume=True)
+    base_python: str | None = setting(None, "run the base's module:function in a worker process of this Python "
+                                            "interpreter (e.g. a LeRobot venv's; arrays and JSON over pipes)",
+                                      metavar="PYTHON")
+    base_every: int | None = setting(None, "query the base every this many control steps (at most its chunk's "
+                                           "length K; default K)", metavar="STEPS", kept_on_resume=True)
+    base_mode: str = setting("receding", "how a chunked base's actions are played: the newest chunk (receding) or "
+                                         "ACT's temporal ensemble of every chunk covering the step (ensemble)",
+                             choices=("receding", "ensemble"), kept_on_resume=True)
+
+    def validate_base(self) -> None:
+        if self.base_policy is None:
+            extra = [f for f in ("base_python", "base_every") if getattr(self, f) is not None]
+            if extra:
+                raise InputError(f"--{extra[0].replace('_', '-')} is for a base policy: give --base-policy SOURCE too")
+            return
+        if self.base_every is not None and self.base_every < 1:
+            raise InputError(f"--base-every must be at least 1, got {self.base_every}")
+        if self.base_python is not None and not Path(self.base_python).is_file():
+            raise MissingFileError(f"--base-python {self.base_python}: no such file")
+
+
 def task_name(cfg) -> str:
     """What a run, store or summary names its task: the Gymnasium env's id, else the twin's task."""
     return cfg.env if getattr(cfg, "env", None) else cfg.task
@@ -188,7 +219,7 @@ def task_name(cfg) -> str:
 
 # ------------------------------------------------------------------ robot-rl train
 @dataclass
-class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
+class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
     backend: str = setting("mujoco", "the simulator", kept_on_resume=True)
@@ -227,6 +258,7 @@ class TrainConfig(EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellCon
 
     def validate(self) -> None:
         self.validate_env()
+        self.validate_base()
         if self.env is not None:
             if self.human_eagerness > 0 and not self.env_expert:
                 raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "

@@ -70,6 +70,9 @@ class FlatObservation(gym.ObservationWrapper):
         missing = [cam for cam in self.cameras if cam not in rendered]
         if missing:
             raise InputError(f"the policy reads cameras {list(self.cameras)}; this env renders {list(rendered)}")
+        # a base policy's action (``base_policy.BaseActionEnv``) ends the state: the residual policy reads it
+        self.base_action_dim = spaces["base_action"].shape[0] if "base_action" in spaces else 0
+        state_dim += self.base_action_dim
         flat = {"state": gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)}
         for cam in self.cameras:
             flat[cam] = spaces["images"][cam]
@@ -81,6 +84,11 @@ class FlatObservation(gym.ObservationWrapper):
             tcp = state[STATE_SLICES["tcp_pos"]]
             poses = [obs["privileged"][k] for k in self.privileged_keys]
             state = np.concatenate([state] + poses + [pose[:3] - tcp for pose in poses])
+        if self.base_action_dim:
+            if "base_action" not in obs:
+                raise TrainingError("this observation lacks the base policy's action (base_action): it did not "
+                                    "come through the base policy's env (BaseActionEnv)")
+            state = np.concatenate([state, obs["base_action"]])
         out = {"state": state.astype(np.float32)}
         for cam in self.cameras:
             out[cam] = obs["images"][cam]

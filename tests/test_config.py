@@ -43,7 +43,8 @@ def other_value(f: dataclasses.Field, kind) -> tuple[list[str], object]:
     if kind is bool:
         return [f"--no-{f.name.replace('_', '-')}" if default else flag], not default
     if kind is int:
-        return [flag, str(default + 3)], default + 3
+        value = (default or 0) + 3
+        return [flag, str(value)], value
     if kind is float:
         value = (default or 0.0) + 0.25
         return [flag, str(value)], value

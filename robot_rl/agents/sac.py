@@ -11,8 +11,11 @@ order (each takes tensors and returns its loss and metrics), then the target net
                 alpha * log pi; plus an imitation term on the demo half of the batch
                 (``bc_weight``), optionally Q-filtered (only where the demo action beats the
                 policy's own action according to the critic).
-    residual  : with ``residual_scale`` > 0 the motion is base(s) + scale * actor(s): ``base`` is
-                a deterministic policy cloned from the demos and then frozen, the SAC actor
+    residual  : with ``residual_scale`` > 0 the motion is clip(base(s) + scale * actor(s)): ``base`` is
+                either an external base policy's action (``base_action_dim`` > 0: the lab's own
+                policy, ``robot_rl/base_policy.py``, whose action the observation's state ends
+                with, so actor and critic see it: ResFiT's form) or a deterministic policy cloned
+                from the demos and then frozen. The SAC actor
                 learns a bounded correction (residual RL on a BC policy). The critic's early,
                 poorly informed action gradients can then only nudge a working policy
                 instead of erasing it (what textbook RLPD + BC does on PickCube, see
@@ -130,10 +133,15 @@ class SACAgent(nn.Module):
         )
         feat = self.encoder.out_dim
         self.actor = TanhGaussianActor(feat, c.motion_dim, c.hidden)
-        self.base = mlp(feat, c.hidden, c.motion_dim) if c.residual_scale > 0 else None
+        self.residual = c.residual_scale > 0
+        if c.base_action_dim and (not self.residual or c.base_action_dim < c.motion_dim):
+            raise InputError(f"an external base policy needs residual_scale > 0 and an action of at least the "
+                             f"{c.motion_dim} motion dimensions, got {c.residual_scale} and {c.base_action_dim}")
+        cloned = self.residual and not c.base_action_dim
+        self.base = mlp(feat, c.hidden, c.motion_dim) if cloned else None  # the cloned base
         # with cameras the cloned base reads its own encoder, which cloning trains and then freezes
         self.base_encoder = copy.deepcopy(self.encoder) if self.base is not None and c.cameras else None
-        if self.base is not None:  # the residual starts near zero: the base policy acts alone
+        if self.residual:  # the residual starts near zero: the base policy acts alone
             with torch.no_grad():
                 self.actor.net[-1].weight[: c.motion_dim].mul_(0.01)
                 self.actor.net[-1].bias[: c.motion_dim].zero_()
@@ -245,7 +253,11 @@ class SACAgent(nn.Module):
             self.base_encoder.normalizer.fit(s)
 
     def base_features(self, obs: dict[str, torch.Tensor], features: torch.Tensor) -> torch.Tensor:
-        """What the cloned base reads: its own encoder's features (with cameras), else ``features``."""
+        """What the base reads: an external base's motion action itself (the end of the raw state),
+        else the cloned base's own encoder's features (with cameras), else ``features``."""
+        c = self.config
+        if c.base_action_dim:
+            return obs["state"][:, c.state_dim - c.base_action_dim:][:, : c.motion_dim]
         if self.base_encoder is None:
             return features
         with torch.no_grad():
@@ -257,11 +269,17 @@ class SACAgent(nn.Module):
         """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual
         (reading ``base_features``, ``base_features()``'s, default ``features``)."""
         action, log_prob, mean = self.actor.sample(features, generator)
-        if self.base is None:
+        if not self.residual:
             return action, log_prob, mean
-        base = torch.tanh(self.base(features if base_features is None else base_features)).detach()
+        base = self.base_action(features if base_features is None else base_features)
         s = self.config.residual_scale
         return (base + s * action).clamp(-1, 1), log_prob, (base + s * mean).clamp(-1, 1)
+
+    def base_action(self, base_features: torch.Tensor) -> torch.Tensor:
+        """The frozen base's motion action from what ``base_features`` gives (no gradient)."""
+        if self.config.base_action_dim:
+            return base_features.float().detach()
+        return torch.tanh(self.base(base_features)).detach()
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> np.ndarray:
@@ -425,10 +443,10 @@ class SACAgent(nn.Module):
                 error = error * (q_demo >= q_pi).float()
             bc = error.mean()
         deviation = zero
-        residual_penalty = c.residual_penalty if self.base is not None else 0.0
+        residual_penalty = c.residual_penalty if self.residual else 0.0
         if residual_penalty > 0:
             with self._autocast():
-                base = torch.tanh(self.base(base_feat)).float().detach()
+                base = self.base_action(base_feat).float()
             deviation = ((mean - base) ** 2).sum(-1).mean()
         imitation = c.bc_weight > 0 or residual_penalty > 0
         q_scale = q.abs().mean().detach().clamp_min(1e-3) if imitation else 1
@@ -453,9 +471,11 @@ class SACAgent(nn.Module):
     # ---- imitation pre-training --------------------------------------------------------
     def pretrain_actor(self, batch: dict) -> torch.Tensor:
         """Behaviour cloning step on a demo batch (MSE of the deterministic motion action).
-        Trains the base policy when residual, else the actor's mean. Returns the loss, a 0-d
-        tensor on the device."""
+        Trains the cloned base policy when residual, else the actor's mean (an external base
+        is left as it is: 0). Returns the loss, a 0-d tensor on the device."""
         c = self.config
+        if c.base_action_dim:  # an external base is trained already: nothing to clone
+            return torch.zeros((), device=self.device)
         b = self._batch(batch)
         with self._autocast():
             if self.base is not None:  # the base's own encoder (with cameras) learns with it

@@ -68,6 +68,7 @@ class AgentSettings:
 DERIVED = {"state_dim": "the env's observation", "cameras": "--cameras", "image_size": "--image-size",
            "action_dim": "the env's action space", "grasp_critic": "the task (whether it uses the gripper)",
            "residual_scale": "--residual-scale", "residual_penalty": "--residual-penalty",
+           "base_action_dim": "--base-policy (the base's action width)",
            "frozen_encoder": "--frozen-encoder", "frozen_encoder_path": "--frozen-encoder",
            "device": "--device (the ROS parameter device)"}
 
@@ -86,6 +87,7 @@ class SACConfig(AgentSettings):
     grasp_critic: bool = True
     residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
     residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
+    base_action_dim: int = 0  # > 0: an external base policy's action is the last this many numbers of obs["state"]
     device: str = "cpu"
 
     @property

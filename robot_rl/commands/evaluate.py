@@ -1,6 +1,8 @@
 """``robot-rl eval``: run a checkpoint's policy on the sim twin: its deterministic policy alone
 (the success rate), or with the simulated human watching (how often the operator would still
-step in, and why: what a run's late human share is made of)."""
+step in, and why: what a run's late human share is made of). A run trained on a base policy
+(``--base-policy``) is graded with its base, and its base alone on the same episodes
+(``base_alone``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.config import EvalConfig
-from robot_rl.envs import make_env
 from robot_rl.errors import InputError
 from robot_rl.rollout import evaluate
 from robot_rl.runtime.checkpoint import (check_compatible, check_recorded_network, load_agent, read_state,
@@ -41,8 +42,7 @@ def evaluate_checkpoint(path: str, log=None, **settings) -> dict:
         env = make_run_env(foreign, trained)
     else:
         task = task or trained.get("task", "PickCube")
-        env = make_env(task, c.backend or trained.get("backend", "mujoco"), trained.get("obs", "state"),
-                       tuple(trained.get("image_size", (64, 64))), tuple(trained.get("cameras", ("front", "wrist"))))
+        env = make_twin_env(task, c.backend or trained.get("backend", "mujoco"), trained)
     try:
         check_compatible(agent.config, env, ckpt)
         agent.seed_acting(seed)
@@ -51,10 +51,41 @@ def evaluate_checkpoint(path: str, log=None, **settings) -> dict:
             result = evaluate_with_human(policy, env, task, human_eagerness, episodes, seed, log)
         else:
             result = evaluate(policy, env, episodes, seed=seed, log=log)
+            if env.base_action_dim:  # the base alone on the same episodes: what the residual adds
+                width = env.base_action_dim
+                result["base_alone"] = evaluate(lambda o: o["state"][-width:], env, episodes, seed=seed, log=log)
+                result["base_policy"] = {"source": trained.get("base_policy"), **env.env.latency()}
     finally:
         env.close()
     return {"checkpoint": str(ckpt), "task": task, "device": device, "policy": "stochastic" if stochastic else
             "deterministic", **result}
+
+
+def base_settings(trained: dict):
+    """The run's base policy settings (``BasePolicyConfig``'s fields) as its train config recorded them."""
+    import types
+
+    from robot_rl.config import BasePolicyConfig
+
+    fields = {f.name: trained.get(f.name, f.default) for f in dataclasses.fields(BasePolicyConfig)}
+    return types.SimpleNamespace(**fields, obs=trained.get("obs", "state"),
+                                 cameras=tuple(trained.get("cameras", ("front", "wrist"))),
+                                 env_timeout_s=trained.get("env_timeout_s", 0))
+
+
+def make_twin_env(task: str, backend: str, trained: dict):
+    """The twin as the run's policy observes it, with the run's base policy (if it had one) beside it."""
+    from robot_rl.base_policy import with_base_policy
+    from robot_rl.envs import FlatObservation, make_cell_env
+
+    obs, cameras = trained.get("obs", "state"), tuple(trained.get("cameras", ("front", "wrist")))
+    cell = with_base_policy(base_settings(trained),
+                            make_cell_env(task, backend, obs, tuple(trained.get("image_size", (64, 64))), cameras))
+    try:
+        return FlatObservation(cell, obs, cameras)
+    except BaseException:
+        cell.close()
+        raise
 
 
 def env_settings(c, trained: dict):
@@ -76,7 +107,10 @@ def make_run_env(foreign, trained: dict):
     from robot_rl.foreign.env import make_foreign_env
 
     obs, cameras = trained.get("obs", "state"), tuple(trained.get("cameras", ("front", "wrist")))
+    from robot_rl.base_policy import with_base_policy
+
     cell = make_foreign_env(foreign, cameras if obs == "pixels" else (), tuple(trained.get("image_size", (64, 64))))
+    cell = with_base_policy(base_settings(trained), cell)
     try:
         return FlatObservation(cell, obs, cameras)
     except BaseException:

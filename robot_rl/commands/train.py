@@ -23,10 +23,11 @@ import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.agent_setup import agent_config_for, check_train_config
+from robot_rl.base_policy import with_base_policy
 from robot_rl.config import TrainConfig, demo_source, kept_on_resume, task_name
 from robot_rl.contract import Transition
 from robot_rl.actor import ActorLoop, LearnerClient
-from robot_rl.envs import FlatObservation, make_cell_env, make_env, obs_spec
+from robot_rl.envs import FlatObservation, make_cell_env, obs_spec
 from robot_rl.errors import InputError, TrainingError
 from robot_rl.foreign.client import StopWaiting
 from robot_rl.rollout import collect_demos, evaluate, steps_to_success
@@ -298,7 +299,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
         wait_for(learner, lambda: learner.weights_version >= 1, "pre-train", timeout=3600)
         if not resume_from:
             evaluation(step, cfg.eval_episodes)
-        random_until = cfg.random_action_steps(cfg.has_demos)
+        random_until = cfg.random_action_steps(cfg.has_demos or bool(cfg.base_policy))  # a base acts from step 0
 
         def act(raw: dict, obs: dict) -> np.ndarray:
             return env.action_space.sample() if run.env_steps < random_until else policy.act(obs)
@@ -332,7 +333,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
         if resume_from and run.round.first_step == step and (run_dir / "summary.json").is_file():
             log(f"nothing to do: {run_dir} is at env step {step} of {cfg.env_steps}; its summary.json stays as it was")
             return json.loads((run_dir / "summary.json").read_text())
-        summary = make_summary(cfg, run, learner, run_dir, resume_from)
+        summary = make_summary(cfg, run, learner, run_dir, resume_from, cell)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(run.evals, cfg, summary["per_1000_steps"])
         return summary
@@ -357,19 +358,24 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
 
 def make_run_envs(cfg: TrainConfig):
     """The run's cell (what the actor steps: the twin's task, or the Gymnasium env ``cfg.env``
-    through its map) and the evaluation env (by the task's own success, never the classifier's)."""
-    if cfg.env:
-        from robot_rl.foreign.env import make_foreign_env
+    through its map) and the evaluation env (by the task's own success, never the classifier's).
+    With a base policy each has its own (``base_policy.BaseActionEnv``), checked before any work."""
+    def make_cell(reward_classifier):
+        if cfg.env:
+            from robot_rl.foreign.env import make_foreign_env
 
-        cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
-        cell = make_foreign_env(cfg, cameras, cfg.image_size, cfg.reward_classifier)
-        try:
-            return cell, FlatObservation(make_foreign_env(cfg, cameras, cfg.image_size), cfg.obs, cfg.cameras)
-        except BaseException:
-            cell.close()
-            raise
-    cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, cfg.reward_classifier)
-    return cell, make_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras)
+            cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
+            cell = make_foreign_env(cfg, cameras, cfg.image_size, reward_classifier)
+        else:
+            cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, reward_classifier)
+        return with_base_policy(cfg, cell)
+
+    cell = make_cell(cfg.reward_classifier)
+    try:
+        return cell, FlatObservation(make_cell(None), cfg.obs, cfg.cameras)
+    except BaseException:
+        cell.close()
+        raise
 
 
 def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
@@ -402,7 +408,8 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
     if cfg.demo_store:
         from robot_rl.data.demos import load_demos
 
-        info = load_demos(cfg.demo_store, env, task_name(cfg), send_demo, cfg.demo_map)
+        info = load_demos(cfg.demo_store, env, task_name(cfg), send_demo, cfg.demo_map,
+                          label=getattr(cell, "label", None))  # a base policy's actions at their observations
         episodes = info["episodes"]
         log(f"loaded {info['episodes']} demonstrations ({info['steps']} steps) from {cfg.demo_store}")
     elif cfg.demos:
@@ -502,8 +509,16 @@ def cycle_time(run: RunState) -> dict:
                          "demos": run.demo_episodes}}
 
 
+def base_summary(cfg: TrainConfig, cell) -> dict | None:
+    """The base policy (with ``--base-policy``): its source and its latency this round, p50 / p99 per
+    query and per control step."""
+    if not cfg.base_policy:
+        return None
+    return {"source": cfg.base_policy, "python": cfg.base_python, **cell.latency()}
+
+
 def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_dir: Path,
-                 resume_from: str | None = None) -> dict:
+                 resume_from: str | None = None, cell=None) -> dict:
     """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in ``rounds``."""
     evals, rounds, human = run.evals, run.rounds, run.human
     run.round.touch()
@@ -523,6 +538,7 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": run.classifier_total(),
+        "base_policy": base_summary(cfg, cell),
         "human_eagerness": cfg.human_eagerness, "interventions": run.totals.interventions,
         "intervention_steps": run.totals.intervention_steps,
         "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,

@@ -24,7 +24,7 @@ def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
     missing = [k for k in env.privileged_keys if PRIVILEGED_PREFIX + k not in store.fields]
     if missing:
         raise StoreError(f"{store.path} lacks the object poses {missing} that obs='state' needs; use obs='pixels'")
-    state = tuple(env.observation_space["state"].shape)
+    state = (env.observation_space["state"].shape[0] - getattr(env, "base_action_dim", 0),)  # the base's is not stored
     if getattr(env.unwrapped, "full_state", False) and tuple(store.fields["state"][0]) != state:
         raise StoreError(f"{store.path} holds states of shape {tuple(store.fields['state'][0])}, the env's map makes "
                          f"{state}")
@@ -33,13 +33,16 @@ def check_store_fits_env(store: EpisodeStore, env, task: str) -> None:
         raise StoreError(f"{store.path} holds actions of shape {store.fields['action'][0]}, the env takes ({action_dim},)")
 
 
-def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | Path | None = None) -> dict:
+def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | Path | None = None,
+               label: Callable | None = None) -> dict:
     """Every transition of every episode in the store -> ``add(obs, action, reward, next_obs,
     terminated, truncated)`` with flat observations as ``env`` (a FlatObservation) makes them;
     returns the counts, and each episode's steps and success (``episode_steps``, ``episode_success``:
     the success label of its last observation, the one its final step reached).
     ``path`` may also be a LeRobotDataset v3.0 folder: imported first into a temporary store
-    (``robot_rl.data.lerobot``; ``demo_map``: its map, needed unless robot-rl exported it)."""
+    (``robot_rl.data.lerobot``; ``demo_map``: its map, needed unless robot-rl exported it).
+    ``label``: each episode's transitions (contract observations, in order) -> the same with what
+    the env's observations need beside the store's (a base policy's actions: ``BaseActionEnv.label``)."""
     from robot_rl.data.lerobot import import_lerobot, is_lerobot_dataset
 
     if is_lerobot_dataset(path):
@@ -47,7 +50,7 @@ def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | 
 
         with tempfile.TemporaryDirectory(prefix="robot-rl-demos-") as tmp:
             imported = import_lerobot(path, Path(tmp) / "demos.zarr", demo_map)
-            return {**load_demos(imported["out"], env, task, add), "imported_from": "lerobot"}
+            return {**load_demos(imported["out"], env, task, add, label=label), "imported_from": "lerobot"}
     store = EpisodeStore.open(path)
     if not len(store):
         raise StoreError(f"{path} holds no complete episode")
@@ -56,7 +59,8 @@ def load_demos(path: str | Path, env, task: str, add: Callable, demo_map: str | 
     episode_steps, episode_success = [], []
     for i in range(len(store)):
         steps = 0
-        for transition in transitions(store, i):
+        episode = transitions(store, i)
+        for transition in label(episode) if label is not None else episode:
             add(env.transition(transition))
             steps += 1
         episode_steps.append(steps)

@@ -255,6 +255,13 @@ def answer_requests(inp, out, handle) -> None:
 
 
 # ---------------------------------------------------------------------------- a base policy's worker
+def load_base(spec: str):
+    """A base policy: ``load_function``'s, and when that names a class, an instance of its own (a
+    stateful base: each env that queries it holds one, so training and evaluation never share one)."""
+    policy = load_function(spec)
+    return policy() if isinstance(policy, type) else policy
+
+
 def call_base(policy, obs: dict) -> np.ndarray:
     """A base policy's answer as float32 ``[K, A]`` (an action ``[A]`` is a chunk of one)."""
     chunk = np.asarray(policy(obs), np.float32)
@@ -266,11 +273,11 @@ def call_base(policy, obs: dict) -> np.ndarray:
 
 
 def serve_base(spec: str, inp, out) -> None:
-    """A base policy (``module:function``, observation dict -> action or chunk; its ``reset`` attribute,
+    """A base policy (``module:function`` or ``module:Class``, observation dict -> action or chunk; its ``reset`` attribute,
     if any, called at each episode's start) behind requests ``query`` (arrays: the observation) and
     ``reset``. It imports only numpy and the policy's own packages (a LeRobot venv's)."""
     try:
-        policy = load_function(spec)
+        policy = load_base(spec)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
         refuse_start(out, "load", exc)
         return

@@ -137,7 +137,7 @@ NETWORK_FIELDS = ("state_dim", "action_dim", "cameras", "image_size", "image_enc
 def network_of(cfg: SACConfig) -> dict:
     """The settings that shape ``cfg``'s networks, as JSON values."""
     net = {f: json.loads(json.dumps(getattr(cfg, f))) for f in NETWORK_FIELDS}  # tuples and lists alike
-    net["residual base policy"] = cfg.residual_scale > 0
+    net["residual base policy"] = "external" if cfg.base_action_dim else cfg.residual_scale > 0
     return net
 
 

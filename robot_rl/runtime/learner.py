@@ -149,8 +149,9 @@ class Learner:
         if not self.started and len(self.replay.demo):
             self.normalizer_fitted = True
             self.agent.fit_normalizer(self.replay.demo.sample(min(5000, 20 * len(self.replay.demo)))["obs"]["state"])
-            progress = ProgressLines("learner: behaviour cloning on the demos", c.pretrain_steps, log=_say)
-            for step in range(1, c.pretrain_steps + 1):
+            cloning = 0 if self.agent.config.base_action_dim else c.pretrain_steps  # an external base: none
+            progress = ProgressLines("learner: behaviour cloning on the demos", cloning, log=_say)
+            for step in range(1, cloning + 1):
                 self._record({"bc": self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size))})
                 progress.update(step)
             progress = ProgressLines("learner: critic warm-up on the demos", c.critic_warmup_steps, log=_say)
