@@ -62,6 +62,11 @@ class ActorNode(Node):
             from robot_rl.reward.wrapper import ClassifierReward
 
             env = ClassifierReward(env, *load_classifier(cfg.reward_classifier))
+        if cfg.base_policy:  # the lab's own policy, frozen; the learner's policy is its residual (no probe: a robot)
+            from robot_rl.base_policy import make_base_env
+
+            env = make_base_env(env, cfg.obs, tuple(cfg.cameras), cfg.base_policy, cfg.base_python, cfg.base_every,
+                                cfg.base_mode, probe_seed=None)
         if cfg.policy == "learner" or cfg.sim:
             flat = FlatObservation(env, cfg.obs)
             observe = flat.observation

@@ -58,7 +58,7 @@ class LearnerNode(Node):
         torch.set_num_threads(cfg.torch_threads)
         lower_priority(cfg.priority)  # below the arm, the cameras and the actor: they keep their slots
         torch.manual_seed(cfg.seed)
-        self.env = spec_env(task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size))
+        self.env = spec_env(task, cfg.obs, tuple(cfg.cameras), tuple(cfg.image_size), base_action=bool(cfg.base_policy))
         self.run_dir = Path(cfg.run_dir)
         write_config_json(self.run_dir / "learner_config.json", cfg)
         self.endpoint = learner_endpoint(self)

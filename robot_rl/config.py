@@ -498,7 +498,7 @@ LEARNER_PRIORITIES = ("idle", "low", "normal")  # the learner node's
 
 
 @dataclass
-class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
+class ActorNodeConfig(BasePolicyConfig, TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
     """``actor_node``: the policy acting on the robot at the control rate."""
 
     sim: bool = setting(True, "the arm is the twin: ground-truth success and object poses are published")
@@ -525,7 +525,7 @@ class ActorNodeConfig(TaskFileConfig, RewardConfig, PolicyConfig, CellConfig):
 
 
 @dataclass
-class LearnerNodeConfig(TaskFileConfig, LearningConfig, PolicyConfig, CellConfig):
+class LearnerNodeConfig(BasePolicyConfig, TaskFileConfig, LearningConfig, PolicyConfig, CellConfig):
     """``learner_node``: SAC/RLPD updates from the actors' transitions."""
 
     run_dir: str = setting("runs/ros-train", "checkpoints and learner_config.json")

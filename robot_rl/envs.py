@@ -148,7 +148,8 @@ class SpecEnv(gym.Env):
     learner on another machine needs to shape its buffers and networks (and what store checks
     compare against)."""
 
-    def __init__(self, task, cameras: tuple[str, ...] = (), image_size=(64, 64), privileged: bool = False):
+    def __init__(self, task, cameras: tuple[str, ...] = (), image_size=(64, 64), privileged: bool = False,
+                 base_action: bool = False):
         """``task``: a sim task's name, or a task object (a ``robot_rl.cell.CellTask``: a real
         cell's task file, which has object poses only when it names a sim task)."""
         from robot_rl import contract
@@ -159,6 +160,9 @@ class SpecEnv(gym.Env):
         self.observation_space = contract.observation_space(tuple(image_size) if self.cameras else None, self.cameras,
                                                             self.task.privileged_sizes() if privileged else None)
         self.action_space = contract.action_space()
+        if base_action:  # a base policy's action beside each observation (base_policy.BaseActionEnv)
+            self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "base_action": gym.spaces.Box(
+                -1.0, 1.0, self.action_space.shape, np.float32)})
 
     def reset(self, *, seed=None, options=None):
         raise RuntimeError("SpecEnv only describes spaces; it has no robot to reset")
@@ -167,7 +171,9 @@ class SpecEnv(gym.Env):
         raise RuntimeError("SpecEnv only describes spaces; it has no robot to step")
 
 
-def spec_env(task, obs: str = "state", cameras: tuple[str, ...] = ("front", "wrist"), image_size=(64, 64)) -> FlatObservation:
+def spec_env(task, obs: str = "state", cameras: tuple[str, ...] = ("front", "wrist"), image_size=(64, 64),
+             base_action: bool = False) -> FlatObservation:
     """The learner's view of a cell without the cell: state mode needs the sim's object poses,
-    pixel mode the cameras."""
-    return FlatObservation(SpecEnv(task, cameras if obs == "pixels" else (), image_size, privileged=obs == "state"), obs)
+    pixel mode the cameras; ``base_action``: the actors act on a base policy (its action ends the state)."""
+    return FlatObservation(SpecEnv(task, cameras if obs == "pixels" else (), image_size, privileged=obs == "state",
+                                   base_action=base_action), obs)

@@ -131,3 +131,24 @@ def test_the_residual_lifts_a_weak_scripted_base(tmp_path):
     assert start["env_steps"] == 0 and start["success_rate"] <= 0.35, summary["evals"]
     assert summary["final_success_rate"] >= 0.65 and summary["final_success_rate"] >= start["success_rate"] + 0.4, \
         summary["evals"]
+
+
+def test_a_learner_node_on_a_base_policy_shapes_the_actors_residual_policy():
+    """The learner node has no cell: its view of one (``spec_env``) carries the base's action, so the
+    networks it trains are the actor node's, which runs the base (both take ``base_policy``)."""
+    from robot_rl.agent_setup import agent_config_for
+    from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.envs import spec_env
+
+    learner = LearnerNodeConfig(task="PickCube", base_policy=WEAK)
+    view = spec_env("PickCube", "state", base_action=True)
+    plain = spec_env("PickCube", "state")
+    agent = agent_config_for(learner, view)
+    assert agent.base_action_dim == 7 and agent.state_dim == plain.observation_space["state"].shape[0] + 7
+    assert not agent.grasp_critic and agent.residual_scale == learner.residual_scale > 0
+    cell = make_base_env(make_cell_env("PickCube"), "state", (), WEAK)
+    try:
+        actor = agent_config_for(ActorNodeConfig(task="PickCube", base_policy=WEAK), FlatObservation(cell, "state"))
+    finally:
+        cell.close()
+    assert actor == agent
