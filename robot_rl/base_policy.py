@@ -45,7 +45,7 @@ import numpy as np
 from robot_rl.contract import Transition
 from robot_rl.errors import InputError, TrainingError
 from robot_rl.foreign import worker
-from robot_rl.foreign.client import WorkerProcess
+from robot_rl.foreign.client import EnvWorkerError, WorkerProcess
 
 MODES = ("receding", "ensemble")
 ENSEMBLE_M = 0.01  # ACT's temporal-ensembling weight exp(-m i), i = 0 the oldest prediction
@@ -83,15 +83,18 @@ class FunctionBase:
 
 
 class WorkerBase(WorkerProcess):
-    """``module:function`` in a worker process of another interpreter ``python``."""
+    """``module:function`` (or ``module:Class``, made with ``argument`` when given) in a worker
+    process of another interpreter ``python``; ``name``: what errors call it (default ``spec``)."""
 
-    def __init__(self, python: str, spec: str, timeout_s: float | None = None):
-        self.spec = spec
-        super().__init__(python, ["--base", spec], f"base policy {spec}", "--base-python", timeout_s)
+    def __init__(self, python: str, spec: str, timeout_s: float | None = None, argument: str | None = None,
+                 name: str | None = None):
+        self.spec = name or spec
+        super().__init__(python, ["--base", spec] + ([argument] if argument is not None else []),
+                         f"base policy {self.spec}", "--base-python", timeout_s)
         hello = self._hello("base policy's worker", "its worker needs numpy, and the policy's own packages")
         if not hello.get("ok"):
             self.close()
-            raise InputError(f"--base-policy {spec} (in {python}): {hello.get('error_type', 'Error')}: "
+            raise InputError(f"--base-policy {self.spec} (in {python}): {hello.get('error_type', 'Error')}: "
                              f"{hello.get('error', '')}")
 
     def reset(self) -> None:
@@ -125,9 +128,23 @@ class CheckpointBase:
         pass
 
 
+LEROBOT_BASE = Path(__file__).parent / "foreign" / "lerobot_base.py"  # run by a LeRobot venv's interpreter
+
+
+def is_lerobot_policy(folder: Path) -> bool:
+    """A LeRobot pretrained-policy folder: its ``config.json`` and ``model.safetensors``."""
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
 def open_base(source: str, python: str | None = None, timeout_s: float | None = None) -> BasePolicy:
-    """The base ``source`` names: a run folder of ours, or ``module:function`` (in a worker of
-    ``python`` when given, else in this process)."""
+    """The base ``source`` names: a LeRobot pretrained-policy folder (in a worker of ``python``, a
+    LeRobot venv's: ``foreign/lerobot_base.py``), a run folder of ours, or ``module:function`` (in a
+    worker of ``python`` when given, else in this process)."""
+    if Path(source).is_dir() and is_lerobot_policy(Path(source)):
+        if python is None:
+            raise InputError(f"--base-policy {source} is a LeRobot policy: give --base-python, the Python of a "
+                             "venv with LeRobot (its torch cannot share ours)")
+        return WorkerBase(python, f"{LEROBOT_BASE}:LeRobotBase", timeout_s, str(Path(source).resolve()), source)
     if Path(source).is_dir():
         if python is not None:
             raise InputError(f"--base-python serves a module:function; {source} is a run folder, which runs here")
@@ -269,7 +286,10 @@ def make_base_env(cell: gym.Env, obs: str, cameras, source: str, python: str | N
                 raise InputError(f"--base-policy {source}: {err}") from None
         wrapped = BaseActionEnv(cell, ActionChunks(base, cell.action_space.shape[0], every, mode), flat.observation)
         if probe_seed is not None:
-            wrapped.reset(seed=probe_seed)
+            try:
+                wrapped.reset(seed=probe_seed)
+            except EnvWorkerError as err:  # the base refused the run's observation: before any work
+                raise InputError(str(err)) from None
         return wrapped
     except BaseException:
         base.close()

@@ -4,6 +4,9 @@ horizon and ACT's temporal ensembling; each bad base or setting is one error bef
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 
 import numpy as np
@@ -137,3 +140,79 @@ def test_a_run_folder_of_ours_is_a_base_of_one_action(tmp_path):
     assert chunks.horizon == 1
     with pytest.raises(InputError, match="--base-python serves a module:function"):
         open_base(str(tmp_path), sys.executable)
+
+
+def fake_lerobot_folder(tmp_path):
+    folder = tmp_path / "act_policy"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"type": "act"}')
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_a_lerobot_policy_folder_needs_a_python_with_lerobot(tmp_path):
+    folder = fake_lerobot_folder(tmp_path)
+    with pytest.raises(InputError, match=f"--base-policy {folder} is a LeRobot policy: give --base-python"):
+        open_base(str(folder))
+    with pytest.raises(InputError) as err:  # our own interpreter has no LeRobot
+        open_base(str(folder), sys.executable)
+    message = str(err.value)
+    assert message.startswith(f"--base-policy {folder} (in {sys.executable}): ModuleNotFoundError")
+    assert "No module named 'lerobot'" in message and "\n" not in message
+
+
+LEROBOT_PYTHON = os.environ.get("ROBOT_RL_LEROBOT_PYTHON")
+needs_lerobot = pytest.mark.skipif(not LEROBOT_PYTHON, reason="needs LeRobot's own venv "
+                                   "(ROBOT_RL_LEROBOT_PYTHON=/path/to/its/python; docs/setup.md)")
+
+
+@pytest.fixture(scope="module")
+def act_policy(tmp_path_factory):
+    """A tiny untrained ACT policy saved by LeRobot itself, with its processors and what LeRobot's
+    own ``predict_action_chunk`` answers for one observation (tests/helpers/make_act_policy.py)."""
+    folder = tmp_path_factory.mktemp("act") / "policy"
+    subprocess.run([LEROBOT_PYTHON, "tests/helpers/make_act_policy.py", str(folder), "20", "32", "front", "wrist"],
+                   check=True, capture_output=True, timeout=300)
+    return folder
+
+
+@needs_lerobot
+def test_a_lerobot_act_policy_in_its_own_venv_answers_as_lerobot_does(act_policy):
+    expected = np.load(act_policy / "expected.npz")
+    base = open_base(str(act_policy), LEROBOT_PYTHON)
+    try:
+        chunks = ActionChunks(base, ACTION_DIM, every=2, mode="ensemble")
+        chunks.reset()
+        obs = {key: expected[key] for key in ("state", "front", "wrist")}
+        np.testing.assert_allclose(base.query(obs), expected["chunk"], rtol=1e-5, atol=1e-6)
+        assert chunks(obs).shape == (ACTION_DIM,) and chunks.horizon == 5
+    finally:
+        base.close()
+
+
+@needs_lerobot
+@pytest.mark.parametrize("change, says", [
+    (lambda obs: {**obs, "state": obs["state"][:12]}, "the LeRobot policy reads a state of 20 numbers, the run's is 12"),
+    (lambda obs: {"state": obs["state"], "front": obs["front"]}, "the LeRobot policy reads cameras ['front', 'wrist']"),
+    (lambda obs: {**obs, "wrist": obs["wrist"][:16, :16]}, "the LeRobot policy reads camera 'wrist' at 32x32, the run renders 16x16"),
+])
+def test_a_lerobot_policy_whose_inputs_the_run_does_not_have_is_one_line(act_policy, change, says):
+    expected = np.load(act_policy / "expected.npz")
+    base = open_base(str(act_policy), LEROBOT_PYTHON)
+    try:
+        with pytest.raises(EnvWorkerError, match="failed query in its worker: ValueError: " + re.escape(says)):
+            base.query(change({key: expected[key] for key in ("state", "front", "wrist")}))
+    finally:
+        base.close()
+
+
+@needs_lerobot
+def test_a_policy_folder_lerobot_cannot_load_is_one_line(act_policy, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(act_policy, broken)
+    (broken / "config.json").write_text('{"type": "no_such_policy"}')
+    with pytest.raises(InputError) as err:
+        open_base(str(broken), LEROBOT_PYTHON)
+    assert str(err.value).startswith(f"--base-policy {broken} (in {LEROBOT_PYTHON}): ") and "\n" not in str(err.value)

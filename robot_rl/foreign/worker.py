@@ -255,11 +255,14 @@ def answer_requests(inp, out, handle) -> None:
 
 
 # ---------------------------------------------------------------------------- a base policy's worker
-def load_base(spec: str):
+def load_base(spec: str, argument: str | None = None):
     """A base policy: ``load_function``'s, and when that names a class, an instance of its own (a
-    stateful base: each env that queries it holds one, so training and evaluation never share one)."""
+    stateful base: each env that queries it holds one, so training and evaluation never share one),
+    made with ``argument`` when given (a LeRobot policy's folder: ``lerobot_base.py``)."""
     policy = load_function(spec)
-    return policy() if isinstance(policy, type) else policy
+    if not isinstance(policy, type):
+        return policy
+    return policy() if argument is None else policy(argument)
 
 
 def call_base(policy, obs: dict) -> np.ndarray:
@@ -272,12 +275,12 @@ def call_base(policy, obs: dict) -> np.ndarray:
     return chunk
 
 
-def serve_base(spec: str, inp, out) -> None:
+def serve_base(spec: str, inp, out, argument: str | None = None) -> None:
     """A base policy (``module:function`` or ``module:Class``, observation dict -> action or chunk; its ``reset`` attribute,
     if any, called at each episode's start) behind requests ``query`` (arrays: the observation) and
     ``reset``. It imports only numpy and the policy's own packages (a LeRobot venv's)."""
     try:
-        policy = load_base(spec)
+        policy = load_base(spec, argument)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
         refuse_start(out, "load", exc)
         return
@@ -305,7 +308,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     inp = os.fdopen(os.dup(0), "rb")
     if sys.argv[1] == "--base":  # a base policy's worker (robot_rl/base_policy.py)
-        serve_base(sys.argv[2], inp, out)
+        serve_base(sys.argv[2], inp, out, sys.argv[3] if len(sys.argv) > 3 else None)
     else:
         env_id, kwargs = sys.argv[1], json.loads(sys.argv[2])
         serve(env_id, kwargs, (sys.argv[3] or None), (sys.argv[4] or None), inp, out)

@@ -1,0 +1,77 @@
+"""A LeRobot pretrained policy (a folder with ``config.json`` and ``model.safetensors``: ACT,
+diffusion, SmolVLA, ... any type LeRobot loads) as a frozen base policy (robot_rl/base_policy.py).
+
+Run in a worker of a LeRobot venv's interpreter (``--base-python``; LeRobot pins a torch ours
+cannot share): ``foreign/worker.py --base robot_rl/foreign/lerobot_base.py:LeRobotBase FOLDER``.
+Like worker.py it imports nothing of robot_rl, only LeRobot, torch and numpy.
+
+The observation mapping is LeRobot's naming, as ``robot-rl data export --format lerobot`` writes
+it: the flat observation's ``state`` is ``observation.state`` and each camera ``C`` (uint8
+``[H, W, 3]``) is ``observation.images.C`` (float ``[1, 3, H, W]`` in [0, 1]); the policy's own
+pre- and post-processors (saved beside it: its normalisation statistics) normalise the inputs
+and map its actions back. Each query answers the policy's whole chunk (``predict_action_chunk``:
+``[K, A]``); ``ActionChunks`` plays it. What the policy reads is checked against the first
+observation (its state's width, its cameras and their sizes): one line naming what differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+STATE = "observation.state"
+IMAGES = "observation.images."
+
+
+class LeRobotBase:
+    def __init__(self, folder: str):
+        import torch
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        path = Path(folder)
+        if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(f"{folder} is not a LeRobot pretrained policy (config.json and "
+                                    "model.safetensors)")
+        self.torch = torch
+        config = PreTrainedConfig.from_pretrained(str(path))
+        config.device = "cpu"
+        self.policy = get_policy_class(config.type).from_pretrained(str(path), config=config)
+        self.policy.eval()
+        self.pre, self.post = make_pre_post_processors(config, pretrained_path=str(path))
+        self.state_width = config.robot_state_feature.shape[0] if config.robot_state_feature else None
+        self.cameras = {key[len(IMAGES):]: tuple(feature.shape) for key, feature in config.image_features.items()}
+        self.checked = False
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def check(self, obs: dict) -> None:
+        """The policy's inputs against the observation: one ValueError line naming what differs."""
+        if self.state_width is not None and np.asarray(obs["state"]).shape != (self.state_width,):
+            raise ValueError(f"the LeRobot policy reads a state of {self.state_width} numbers, the run's is "
+                             f"{np.asarray(obs['state']).shape[0]}")
+        missing = [cam for cam in self.cameras if cam not in obs]
+        if missing:
+            raise ValueError(f"the LeRobot policy reads cameras {sorted(self.cameras)}, the run's observation has "
+                             f"{sorted(k for k in obs if k != 'state')} (train with --obs pixels --cameras "
+                             f"{' '.join(sorted(self.cameras))})")
+        for cam, (c, h, w) in self.cameras.items():
+            if np.asarray(obs[cam]).shape != (h, w, c):
+                raise ValueError(f"the LeRobot policy reads camera {cam!r} at {h}x{w}, the run renders "
+                                 f"{np.asarray(obs[cam]).shape[0]}x{np.asarray(obs[cam]).shape[1]} (--image-size)")
+        self.checked = True
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        torch = self.torch
+        if not self.checked:
+            self.check(obs)
+        batch = {STATE: torch.from_numpy(np.asarray(obs["state"], np.float32))[None], "task": [""]}
+        for cam in self.cameras:
+            image = torch.from_numpy(np.ascontiguousarray(obs[cam]))
+            batch[IMAGES + cam] = image.permute(2, 0, 1)[None].float() / 255.0
+        with torch.inference_mode():
+            chunk = self.policy.predict_action_chunk(self.pre(batch))
+            chunk = self.post(chunk)
+        return chunk[0].float().numpy()
