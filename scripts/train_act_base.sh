@@ -4,7 +4,11 @@
 # `robot-rl data export --format lerobot`, train ACT with LeRobot's own training script on the
 # CPU, and print the folder to give --base-policy (with --base-python "$LEROBOT_PYTHON").
 #
-#   LEROBOT_PYTHON=.venv-lerobot/bin/python bash scripts/train_act_base.sh OUT [DEMOS] [STEPS]
+#   bash scripts/train_act_base.sh LEROBOT_PYTHON OUT [DEMOS] [STEPS] [TASK]
+#
+# LEROBOT_PYTHON: the Python of a LeRobot venv (e.g. .venv-lerobot/bin/python); DEMOS: successful
+# scripted demonstrations (default 10); STEPS: LeRobot training steps (default 1000); TASK:
+# the twin's task (default PickCube).
 #
 # LeRobot lives in a venv of its own (Python >= 3.12, torch < 2.12; docs/setup.md says how to
 # make one; its training extra: pip install "lerobot[training]==0.6.1"). Nothing is downloaded:
@@ -12,12 +16,13 @@
 # The ACT is small for a CPU (dim 256, 2 encoder layers, 1 decoder layer) and predicts chunks of
 # 10 actions (1 s at the twin's 10 Hz); 1,000 steps of batch 8 take about 15 minutes on 2 cores.
 set -euo pipefail
-OUT=${1:?usage: scripts/train_act_base.sh OUT [DEMOS] [STEPS]}
-DEMOS=${2:-10}
-STEPS=${3:-1000}
-LEROBOT_PYTHON=${LEROBOT_PYTHON:?set LEROBOT_PYTHON to the Python of a LeRobot venv}
-R=${ROBOT_RL:-.venv/bin/robot-rl}
-TASK=${TASK:-PickCube}
+USAGE="usage: scripts/train_act_base.sh LEROBOT_PYTHON OUT [DEMOS] [STEPS] [TASK]"
+LEROBOT_PYTHON=${1:?$USAGE}
+OUT=${2:?$USAGE}
+DEMOS=${3:-10}
+STEPS=${4:-1000}
+TASK=${5:-PickCube}
+R=.venv/bin/robot-rl
 LEROBOT_TRAIN="$(dirname "$LEROBOT_PYTHON")/lerobot-train"
 
 mkdir -p "$OUT"
