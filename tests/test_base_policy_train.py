@@ -60,6 +60,7 @@ def test_a_run_on_a_base_policy_trains_evaluates_against_the_base_alone_and_resu
     base = summary["base_policy"]
     assert base["source"] == WEAK and base["base_horizon"] == 1 and base["base_every"] == 1
     assert base["base_steps"] >= 60 and base["base_query_ms_p50"] > 0 and base["base_step_ms_p99"] >= base["base_step_ms_p50"]
+    assert base["residual_act_ms_p99"] >= base["residual_act_ms_p50"] > 0
     assert summary["updates"] > 0
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(run), "--episodes", "2"]) == 0

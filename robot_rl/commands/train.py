@@ -300,9 +300,15 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
         if not resume_from:
             evaluation(step, cfg.eval_episodes)
         random_until = cfg.random_action_steps(cfg.has_demos or bool(cfg.base_policy))  # a base acts from step 0
+        act_ms: list[float] = []  # the policy's time to act, each control step it acted
 
         def act(raw: dict, obs: dict) -> np.ndarray:
-            return env.action_space.sample() if run.env_steps < random_until else policy.act(obs)
+            if run.env_steps < random_until:
+                return env.action_space.sample()
+            start = time.perf_counter()
+            action = policy.act(obs)
+            act_ms.append((time.perf_counter() - start) * 1e3)
+            return action
 
         loop = ActorLoop(cell, env.observation, act, human=make_human(cfg, cell), learner=learner,
                          recorder=training_recorder(cfg, cell, run_dir), stats=run.round.counts, log=log)
@@ -333,7 +339,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
         if resume_from and run.round.first_step == step and (run_dir / "summary.json").is_file():
             log(f"nothing to do: {run_dir} is at env step {step} of {cfg.env_steps}; its summary.json stays as it was")
             return json.loads((run_dir / "summary.json").read_text())
-        summary = make_summary(cfg, run, learner, run_dir, resume_from, cell)
+        summary = make_summary(cfg, run, learner, run_dir, resume_from, cell, act_ms)
+        if summary["base_policy"]:
+            b = summary["base_policy"]
+            log(f"base policy: query p50 {b['base_query_ms_p50']} / p99 {b['base_query_ms_p99']} ms, per control step "
+                f"p50 {b['base_step_ms_p50']} / p99 {b['base_step_ms_p99']} ms; the residual policy p50 "
+                f"{b['residual_act_ms_p50']} / p99 {b['residual_act_ms_p99']} ms")
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         logger.plot_curve(run.evals, cfg, summary["per_1000_steps"])
         return summary
@@ -509,16 +520,18 @@ def cycle_time(run: RunState) -> dict:
                          "demos": run.demo_episodes}}
 
 
-def base_summary(cfg: TrainConfig, cell) -> dict | None:
-    """The base policy (with ``--base-policy``): its source and its latency this round, p50 / p99 per
-    query and per control step."""
+def base_summary(cfg: TrainConfig, cell, act_ms: list[float]) -> dict | None:
+    """The base policy (with ``--base-policy``): its source and this round's latencies, p50 / p99 in
+    ms: the base per query and per control step, and the residual policy's time to act."""
     if not cfg.base_policy:
         return None
-    return {"source": cfg.base_policy, "python": cfg.base_python, **cell.latency()}
+    pct = lambda q: round(float(np.percentile(act_ms, q)), 3) if act_ms else None  # noqa: E731
+    return {"source": cfg.base_policy, "python": cfg.base_python, **cell.latency(),
+            "residual_act_ms_p50": pct(50), "residual_act_ms_p99": pct(99)}
 
 
 def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_dir: Path,
-                 resume_from: str | None = None, cell=None) -> dict:
+                 resume_from: str | None = None, cell=None, act_ms: list[float] = ()) -> dict:
     """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in ``rounds``."""
     evals, rounds, human = run.evals, run.rounds, run.human
     run.round.touch()
@@ -538,7 +551,7 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
         "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": run.classifier_total(),
-        "base_policy": base_summary(cfg, cell),
+        "base_policy": base_summary(cfg, cell, list(act_ms)),
         "human_eagerness": cfg.human_eagerness, "interventions": run.totals.interventions,
         "intervention_steps": run.totals.intervention_steps,
         "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,
