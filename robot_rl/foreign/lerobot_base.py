@@ -30,6 +30,9 @@ class LeRobotBase:
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
+        # one thread: the base shares the cores with the sim and the learner, and OpenMP threads that
+        # outnumber the free cores cost 50x (an ACT query on 2 busy cores: 21 ms on one thread, 1.1 s on two)
+        torch.set_num_threads(1)
         path = Path(folder)
         if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
             raise FileNotFoundError(f"{folder} is not a LeRobot pretrained policy (config.json and "
