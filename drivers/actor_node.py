@@ -66,7 +66,7 @@ class ActorNode(Node):
             from robot_rl.base_policy import make_base_env
 
             env = make_base_env(env, cfg.obs, tuple(cfg.cameras), cfg.base_policy, cfg.base_python, cfg.base_every,
-                                cfg.base_mode, probe_seed=None)
+                                cfg.base_mode, probe_seed=None, base_map=cfg.base_map)
         if cfg.policy == "learner" or cfg.sim:
             flat = FlatObservation(env, cfg.obs)
             observe = flat.observation

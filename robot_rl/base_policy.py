@@ -34,9 +34,10 @@ before any work.
 
 from __future__ import annotations
 
+import json
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Protocol
 
 import gymnasium as gym
@@ -131,20 +132,63 @@ class CheckpointBase:
 LEROBOT_BASE = Path(__file__).parent / "foreign" / "lerobot_base.py"  # run by a LeRobot venv's interpreter
 
 
+BASE_MAP_KEYS = ("cameras", "state", "action")
+
+
+def read_base_map(path: str | Path) -> dict:
+    """A LeRobot policy's map (``--base-map FILE.yaml``, every key optional)::
+
+        cameras: {front: observation.images.top}   # the run's camera: the policy's image key
+        state: [0, 1, 2, 3, 4, 5, 6, 13]           # the run's state numbers, in order, that make the policy's state
+        action: [0, 1, 2, 3, 4, 5, 6]              # per run action dimension, the policy's action index
+
+    checked here (the file, its keys, their types: one ``InputError`` line naming the file) and
+    against the policy in its worker when it loads (``foreign/lerobot_base.py``)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"base map {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise InputError(f"base map {path}: not YAML ({(str(err).splitlines() or [''])[0]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"base map {path}: a mapping of {', '.join(BASE_MAP_KEYS)} is expected")
+    unknown = [key for key in data if key not in BASE_MAP_KEYS]
+    if unknown:
+        raise InputError(f"base map {path}: unknown key {unknown[0]!r} (known: {', '.join(BASE_MAP_KEYS)})")
+    cameras = data.get("cameras", {})
+    if not isinstance(cameras, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cameras.items()):
+        raise InputError(f"base map {path}: cameras maps the run's camera names to the policy's image keys, "
+                         f"e.g. {{front: observation.images.top}}")
+    for key in ("state", "action"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list) and value
+                                      and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)):
+            raise InputError(f"base map {path}: {key} is a list of indices (integers >= 0), got {value!r}")
+    return data
+
+
 def is_lerobot_policy(folder: Path) -> bool:
     """A LeRobot pretrained-policy folder: its ``config.json`` and ``model.safetensors``."""
     return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
 
-def open_base(source: str, python: str | None = None, timeout_s: float | None = None) -> BasePolicy:
+def open_base(source: str, python: str | None = None, timeout_s: float | None = None,
+              base_map: str | None = None) -> BasePolicy:
     """The base ``source`` names: a LeRobot pretrained-policy folder (in a worker of ``python``, a
-    LeRobot venv's: ``foreign/lerobot_base.py``), a run folder of ours, or ``module:function`` (in a
-    worker of ``python`` when given, else in this process)."""
+    LeRobot venv's: ``foreign/lerobot_base.py``; ``base_map``: its map, ``read_base_map``), a run
+    folder of ours, or ``module:function`` (in a worker of ``python`` when given, else in this process)."""
     if Path(source).is_dir() and is_lerobot_policy(Path(source)):
         if python is None:
             raise InputError(f"--base-policy {source} is a LeRobot policy: give --base-python, the Python of a "
                              "venv with LeRobot (its torch cannot share ours)")
-        return WorkerBase(python, f"{LEROBOT_BASE}:LeRobotBase", timeout_s, str(Path(source).resolve()), source)
+        argument = {"folder": str(Path(source).resolve()), "map": read_base_map(base_map) if base_map else {}}
+        return WorkerBase(python, f"{LEROBOT_BASE}:LeRobotBase", timeout_s, json.dumps(argument), source)
+    if base_map is not None:
+        raise InputError(f"--base-map maps a LeRobot policy's inputs; {source} is not a LeRobot policy folder "
+                         "(config.json and model.safetensors)")
     if Path(source).is_dir():
         if python is not None:
             raise InputError(f"--base-python serves a module:function; {source} is a run folder, which runs here")
@@ -267,7 +311,8 @@ class BaseActionEnv(gym.Wrapper):
 
 
 def make_base_env(cell: gym.Env, obs: str, cameras, source: str, python: str | None = None, every: int | None = None,
-                  mode: str = "receding", timeout_s: float | None = None, probe_seed: int | None = 0) -> BaseActionEnv:
+                  mode: str = "receding", timeout_s: float | None = None, probe_seed: int | None = 0,
+                  base_map: str | None = None) -> BaseActionEnv:
     """``cell`` with the base ``source`` (``open_base``) reading the run's flat observations
     (``obs``, ``cameras``). With ``probe_seed`` one reset checks the base against the run before
     any work: its action's width, its chunk's length against ``every``. The base is closed if
@@ -275,7 +320,7 @@ def make_base_env(cell: gym.Env, obs: str, cameras, source: str, python: str | N
     from robot_rl.envs import FlatObservation
 
     flat = FlatObservation(cell, obs, cameras)
-    base = open_base(source, python, timeout_s)
+    base = open_base(source, python, timeout_s, base_map)
     try:
         if isinstance(base, CheckpointBase):
             from robot_rl.runtime.checkpoint import CheckpointError, check_compatible
@@ -302,7 +347,7 @@ def with_base_policy(cfg, cell):
         return cell
     try:
         return make_base_env(cell, cfg.obs, cfg.cameras, cfg.base_policy, cfg.base_python, cfg.base_every,
-                             cfg.base_mode, getattr(cfg, "env_timeout_s", 0) or None)
+                             cfg.base_mode, getattr(cfg, "env_timeout_s", 0) or None, base_map=cfg.base_map)
     except BaseException:
         cell.close()
         raise

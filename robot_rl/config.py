@@ -199,10 +199,14 @@ class BasePolicyConfig:
     base_mode: str = setting("receding", "how a chunked base's actions are played: the newest chunk (receding) or "
                                          "ACT's temporal ensemble of every chunk covering the step (ensemble)",
                              choices=("receding", "ensemble"), kept_on_resume=True)
+    base_map: str | None = setting(None, "a LeRobot policy's YAML map: cameras (the run's camera: the policy's image "
+                                         "key), state (the run's state indices it reads), action (per action "
+                                         "dimension, the policy's index); default: robot-rl's LeRobot export names",
+                                   metavar="FILE.yaml", kept_on_resume=True)
 
     def validate_base(self) -> None:
         if self.base_policy is None:
-            extra = [f for f in ("base_python", "base_every") if getattr(self, f) is not None]
+            extra = [f for f in ("base_python", "base_every", "base_map") if getattr(self, f) is not None]
             if extra:
                 raise InputError(f"--{extra[0].replace('_', '-')} is for a base policy: give --base-policy SOURCE too")
             return
@@ -210,6 +214,8 @@ class BasePolicyConfig:
             raise InputError(f"--base-every must be at least 1, got {self.base_every}")
         if self.base_python is not None and not Path(self.base_python).is_file():
             raise MissingFileError(f"--base-python {self.base_python}: no such file")
+        if self.base_map is not None and not Path(self.base_map).is_file():
+            raise MissingFileError(f"--base-map {self.base_map}: no such file")
 
 
 def task_name(cfg) -> str:

@@ -216,3 +216,52 @@ def test_a_policy_folder_lerobot_cannot_load_is_one_line(act_policy, tmp_path):
     with pytest.raises(InputError) as err:
         open_base(str(broken), LEROBOT_PYTHON)
     assert str(err.value).startswith(f"--base-policy {broken} (in {LEROBOT_PYTHON}): ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    (None, "no such file"),
+    ("cameras: [front\n", "not YAML"),
+    ("- front\n", "a mapping of cameras, state, action is expected"),
+    ("camera: {front: observation.images.top}\n", "unknown key 'camera' (known: cameras, state, action)"),
+    ("cameras: [front]\n", "cameras maps the run's camera names to the policy's image keys"),
+    ("state: [0, -1]\n", "state is a list of indices (integers >= 0), got [0, -1]"),
+    ("action: 3\n", "action is a list of indices (integers >= 0), got 3"),
+])
+def test_a_base_map_that_is_not_one_is_one_line_naming_the_file(tmp_path, text, says):
+    from robot_rl.base_policy import read_base_map
+
+    path = tmp_path / "base_map.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_base_map(path)
+    assert str(err.value).startswith(f"base map {path}: ") and says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_base_map_is_for_a_lerobot_policy_only(tmp_path):
+    path = tmp_path / "base_map.yaml"
+    path.write_text("state: [0, 1]\n")
+    with pytest.raises(InputError, match=f"--base-map maps a LeRobot policy's inputs; {SPEC} is not a LeRobot"):
+        open_base(SPEC, base_map=str(path))
+
+
+@needs_lerobot
+def test_a_base_map_renames_cameras_and_picks_state_and_action(act_policy, tmp_path):
+    """The policy reads front and wrist and a state of 20: the run's side camera stands for its
+    front, its state of 25 holds the 20 at odd places, and the run's actions are the policy's reversed."""
+    expected = np.load(act_policy / "expected.npz")
+    picks = list(range(24, 4, -1))  # the policy's state i is the run's state 24 - i
+    state = np.zeros(25, np.float32)
+    state[picks] = expected["state"]
+    path = tmp_path / "base_map.yaml"
+    path.write_text(f"cameras: {{side: observation.images.front}}\nstate: {picks}\naction: [6, 5, 4, 3, 2, 1, 0]\n")
+    base = open_base(str(act_policy), LEROBOT_PYTHON, base_map=str(path))
+    try:
+        got = base.query({"state": state, "side": expected["front"], "wrist": expected["wrist"]})
+        np.testing.assert_allclose(got, expected["chunk"][:, ::-1], rtol=1e-5, atol=1e-6)
+    finally:
+        base.close()
+    path.write_text("cameras: {side: observation.images.top}\n")
+    with pytest.raises(InputError, match=re.escape("the base map's camera 'side' is the policy's "
+                                                   "'observation.images.top', which it does not read")):
+        open_base(str(act_policy), LEROBOT_PYTHON, base_map=str(path))

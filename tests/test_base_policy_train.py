@@ -99,6 +99,7 @@ def test_a_base_worker_that_dies_mid_run_is_one_line_and_the_run_resumes(tmp_pat
     (["--base-policy", "tests.helpers.base_policies:chunked", "--base-python", "/no/such/python"],
      "--base-python /no/such/python: no such file"),
     (["--base-every", "2"], "--base-every is for a base policy: give --base-policy SOURCE too"),
+    (["--base-map", "tests/conftest.py"], "--base-map is for a base policy: give --base-policy SOURCE too"),
     (["--base-policy", "tests.helpers.base_policies:nowhere"], "AttributeError"),
 ])
 def test_a_base_that_does_not_fit_the_run_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, says):
