@@ -144,20 +144,10 @@ def read_base_map(path: str | Path) -> dict:
 
     checked here (the file, its keys, their types: one ``InputError`` line naming the file) and
     against the policy in its worker when it loads (``foreign/lerobot_base.py``)."""
-    import yaml
+    from robot_rl.foreign.mapping import read_yaml_map
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"base map {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise InputError(f"base map {path}: not YAML ({(str(err).splitlines() or [''])[0]})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"base map {path}: a mapping of {', '.join(BASE_MAP_KEYS)} is expected")
-    unknown = [key for key in data if key not in BASE_MAP_KEYS]
-    if unknown:
-        raise InputError(f"base map {path}: unknown key {unknown[0]!r} (known: {', '.join(BASE_MAP_KEYS)})")
+    data = read_yaml_map(path, "base map", BASE_MAP_KEYS, InputError, missing=InputError)
     cameras = data.get("cameras", {})
     if not isinstance(cameras, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cameras.items()):
         raise InputError(f"base map {path}: cameras maps the run's camera names to the policy's image keys, "

@@ -220,8 +220,8 @@ def test_a_policy_folder_lerobot_cannot_load_is_one_line(act_policy, tmp_path):
 
 @pytest.mark.parametrize("text, says", [
     (None, "no such file"),
-    ("cameras: [front\n", "not YAML"),
-    ("- front\n", "a mapping of cameras, state, action is expected"),
+    ("cameras: [front\n", "not valid YAML"),
+    ("- front\n", "a mapping of cameras, state, action expected"),
     ("camera: {front: observation.images.top}\n", "unknown key 'camera' (known: cameras, state, action)"),
     ("cameras: [front]\n", "cameras maps the run's camera names to the policy's image keys"),
     ("state: [0, -1]\n", "state is a list of indices (integers >= 0), got [0, -1]"),

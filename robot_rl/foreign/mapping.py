@@ -286,24 +286,31 @@ def _check_open_state(spec, leaves: dict, where: str) -> None:
                           f"{spec['key']!r} ({_size(leaves[spec['key']])} numbers)")
 
 
+def read_yaml_map(path: Path, what: str, keys, error, missing=MissingFileError) -> dict:
+    """A YAML map file (``what``: how errors name it) as a dict of ``keys`` alone: a missing file
+    (``missing``), bad YAML, a non-mapping or an unknown key is one ``error`` line naming the file."""
+    import yaml
+
+    if not path.is_file():
+        raise missing(f"{what} {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise error(f"{what} {path}: not valid YAML ({(str(exc).splitlines() or [''])[0]})") from None
+    if not isinstance(data, dict):
+        raise error(f"{what} {path}: a mapping of {', '.join(keys)} expected")
+    unknown = [key for key in data if key not in keys]
+    if unknown:
+        raise error(f"{what} {path}: unknown key {unknown[0]!r} (known: {', '.join(keys)})")
+    return data
+
+
 def read_env_map(path: str | Path | None) -> EnvMap:
     """An ``EnvMap`` from a YAML file (None: the default map); a bad file is one line naming it."""
     if path is None:
         return EnvMap()
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"env map {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise EnvMapError(f"env map {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise EnvMapError(f"env map {path}: a mapping of {', '.join(MAP_KEYS)} expected")
-    unknown = sorted(set(data) - set(MAP_KEYS))
-    if unknown:
-        raise EnvMapError(f"env map {path}: unknown key {unknown[0]!r} (known: {', '.join(MAP_KEYS)})")
+    data = read_yaml_map(path, "env map", MAP_KEYS, EnvMapError)
     try:
         action = data.get("action") or {}
         gripper = data.get("gripper")
