@@ -132,15 +132,19 @@ class CheckpointBase:
 LEROBOT_BASE = Path(__file__).parent / "foreign" / "lerobot_base.py"  # run by a LeRobot venv's interpreter
 
 
-BASE_MAP_KEYS = ("cameras", "state", "action")
+BASE_MAP_KEYS = ("cameras", "state", "action", "action_scale", "action_offset", "resize", "task")
 
 
 def read_base_map(path: str | Path) -> dict:
     """A LeRobot policy's map (``--base-map FILE.yaml``, every key optional)::
 
         cameras: {front: observation.images.top}   # the run's camera: the policy's image key
+        resize: true                               # the run's images resized to the policy's size (default: refused)
         state: [0, 1, 2, 3, 4, 5, 6, 13]           # the run's state numbers, in order, that make the policy's state
         action: [0, 1, 2, 3, 4, 5, 6]              # per run action dimension, the policy's action index
+        action_scale: [0.02, 0.02, 0.02, 0.1, 0.1, 0.1, 1]  # the policy's value = run action x scale + offset:
+        action_offset: 0                           #   one number or one per run action dimension
+        task: pick up the red cube                 # the language instruction a VLA reads (default: "")
 
     checked here (the file, its keys, their types: one ``InputError`` line naming the file) and
     against the policy in its worker when it loads (``foreign/lerobot_base.py``)."""
@@ -157,6 +161,19 @@ def read_base_map(path: str | Path) -> dict:
         if value is not None and not (isinstance(value, list) and value
                                       and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)):
             raise InputError(f"base map {path}: {key} is a list of indices (integers >= 0), got {value!r}")
+    for key in ("action_scale", "action_offset"):
+        value = data.get(key)
+        numbers = value if isinstance(value, list) else [value]
+        if value is not None and not (numbers and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                      and np.isfinite(x) for x in numbers)):
+            raise InputError(f"base map {path}: {key} is one number or a list of numbers, got {value!r}")
+    scale = data.get("action_scale")
+    if scale is not None and 0 in (scale if isinstance(scale, list) else [scale]):
+        raise InputError(f"base map {path}: action_scale 0 maps every run action to one value of the policy's")
+    if "resize" in data and not isinstance(data["resize"], bool):
+        raise InputError(f"base map {path}: resize is true or false, got {data['resize']!r}")
+    if "task" in data and not isinstance(data["task"], str):
+        raise InputError(f"base map {path}: task is the policy's language instruction (text), got {data['task']!r}")
     return data
 
 

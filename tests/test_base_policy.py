@@ -221,11 +221,17 @@ def test_a_policy_folder_lerobot_cannot_load_is_one_line(act_policy, tmp_path):
 @pytest.mark.parametrize("text, says", [
     (None, "no such file"),
     ("cameras: [front\n", "not valid YAML"),
-    ("- front\n", "a mapping of cameras, state, action expected"),
-    ("camera: {front: observation.images.top}\n", "unknown key 'camera' (known: cameras, state, action)"),
+    ("- front\n", "a mapping of cameras, state, action, action_scale, action_offset, resize, task expected"),
+    ("camera: {front: observation.images.top}\n",
+     "unknown key 'camera' (known: cameras, state, action, action_scale, action_offset, resize, task)"),
     ("cameras: [front]\n", "cameras maps the run's camera names to the policy's image keys"),
     ("state: [0, -1]\n", "state is a list of indices (integers >= 0), got [0, -1]"),
     ("action: 3\n", "action is a list of indices (integers >= 0), got 3"),
+    ("action_scale: [0.02, fast]\n", "action_scale is one number or a list of numbers, got [0.02, 'fast']"),
+    ("action_offset: .nan\n", "action_offset is one number or a list of numbers, got nan"),
+    ("action_scale: [1, 0]\n", "action_scale 0 maps every run action to one value of the policy's"),
+    ("resize: 64\n", "resize is true or false, got 64"),
+    ("task: [pick]\n", "task is the policy's language instruction (text), got ['pick']"),
 ])
 def test_a_base_map_that_is_not_one_is_one_line_naming_the_file(tmp_path, text, says):
     from robot_rl.base_policy import read_base_map
@@ -264,4 +270,26 @@ def test_a_base_map_renames_cameras_and_picks_state_and_action(act_policy, tmp_p
     path.write_text("cameras: {side: observation.images.top}\n")
     with pytest.raises(InputError, match=re.escape("the base map's camera 'side' is the policy's "
                                                    "'observation.images.top', which it does not read")):
+        open_base(str(act_policy), LEROBOT_PYTHON, base_map=str(path))
+
+
+@needs_lerobot
+def test_a_base_map_resizes_images_and_scales_actions_into_the_contract(act_policy, tmp_path):
+    """The policy reads 32x32 images and answers in its own units: the run's 64x64 images are resized
+    to what it reads (what LeRobot answers for them resized, tests/helpers/make_act_policy.py), and
+    its actions come back as (value - offset) / scale."""
+    expected = np.load(act_policy / "expected.npz")
+    big = {cam: expected[f"{cam}_big"] for cam in ("front", "wrist")}
+    scale = [0.5, 1, 2, 1, 1, 1, 4]
+    path = tmp_path / "base_map.yaml"
+    path.write_text(f"resize: true\naction_scale: {scale}\naction_offset: 0.25\ntask: pick up the red cube\n")
+    base = open_base(str(act_policy), LEROBOT_PYTHON, base_map=str(path))
+    try:
+        got = base.query({"state": expected["state"], **big})
+        np.testing.assert_allclose(got, (expected["chunk_resized"] - 0.25) / np.array(scale), rtol=1e-5, atol=1e-6)
+    finally:
+        base.close()
+    path.write_text("action_scale: [1, 2]\n")
+    with pytest.raises(InputError, match=re.escape("the base map's action_scale has 2 numbers for the run's 7 "
+                                                   "action dimensions")):
         open_base(str(act_policy), LEROBOT_PYTHON, base_map=str(path))

@@ -11,8 +11,12 @@ it: the flat observation's ``state`` is ``observation.state`` and each camera ``
 pre- and post-processors (saved beside it: its normalisation statistics) normalise the inputs
 and map its actions back. A map (``--base-map``, ``robot_rl.base_policy.read_base_map``) says
 otherwise for a policy trained elsewhere: ``cameras`` (the run's camera: the policy's image
-key), ``state`` (which of the run's state numbers, in order, make the policy's state) and
-``action`` (for each of the run's action dimensions, the policy's action index it takes). Each
+key), ``resize`` (the run's images resized to the policy's size, antialiased, instead of
+refused), ``state`` (which of the run's state numbers, in order, make the policy's state),
+``action`` (for each of the run's action dimensions, the policy's action index it takes),
+``action_scale`` and ``action_offset`` (the policy's value = the run's action x scale + offset:
+a policy trained in metres or radians answers the contract's [-1, 1]) and ``task`` (the language
+instruction a VLA reads, in LeRobot's batch ``task``). Each
 query answers the policy's whole chunk (``predict_action_chunk``: ``[K, A]``); ``ActionChunks``
 plays it. The map is checked against the policy when it loads, and what the policy reads
 against the first observation (its state's width, its cameras and their sizes): one line naming
@@ -56,6 +60,8 @@ class LeRobotBase:
         self.state_width = config.robot_state_feature.shape[0] if config.robot_state_feature else None
         self.state_indices = mapping.get("state")
         self.action_indices = mapping.get("action")
+        self.resize = bool(mapping.get("resize", False))
+        self.task = str(mapping.get("task", ""))
         images = {key: tuple(feature.shape) for key, feature in config.image_features.items()}
         renamed = {key: cam for cam, key in (mapping.get("cameras") or {}).items()}  # the policy's key: our camera
         unknown = [key for key in renamed if key not in images]
@@ -67,10 +73,21 @@ class LeRobotBase:
         if self.action_indices is not None and width is not None and max(self.action_indices) >= width:
             raise ValueError(f"the base map's action takes the policy's action index {max(self.action_indices)}; its "
                              f"actions are {width} wide")
+        run_width = len(self.action_indices) if self.action_indices is not None else width
+        self.action_scale, self.action_offset = (self._per_action(mapping, key, run_width, default)
+                                                 for key, default in (("action_scale", 1.0), ("action_offset", 0.0)))
         if self.state_indices is not None and self.state_width is not None and len(self.state_indices) != self.state_width:
             raise ValueError(f"the base map's state picks {len(self.state_indices)} numbers; the policy reads a state "
                              f"of {self.state_width}")
         self.checked = False
+
+    @staticmethod
+    def _per_action(mapping: dict, key: str, width: int | None, default: float) -> np.ndarray:
+        value = np.asarray(mapping.get(key, default), np.float32)
+        if value.ndim == 1 and width is not None and value.shape[0] != width:
+            raise ValueError(f"the base map's {key} has {value.shape[0]} numbers for the run's {width} action "
+                             "dimensions")
+        return value
 
     def reset(self) -> None:
         self.policy.reset()
@@ -90,9 +107,10 @@ class LeRobotBase:
                              f"{sorted(k for k in obs if k != 'state')} (train with --obs pixels --cameras "
                              f"{' '.join(sorted(self.cameras))}, or name them in a base map)")
         for cam, (_, (c, h, w)) in self.cameras.items():
-            if np.asarray(obs[cam]).shape != (h, w, c):
+            shape = np.asarray(obs[cam]).shape
+            if shape != (h, w, c) and not (self.resize and len(shape) == 3 and shape[2] == c):
                 raise ValueError(f"the LeRobot policy reads camera {cam!r} at {h}x{w}, the run renders "
-                                 f"{np.asarray(obs[cam]).shape[0]}x{np.asarray(obs[cam]).shape[1]} (--image-size)")
+                                 f"{np.asarray(obs[cam]).shape[0]}x{np.asarray(obs[cam]).shape[1]} (--image-size, or resize: true in a base map)")
         self.checked = True
 
     def __call__(self, obs: dict) -> np.ndarray:
@@ -102,11 +120,16 @@ class LeRobotBase:
         state = np.asarray(obs["state"], np.float32)
         if self.state_indices is not None:
             state = state[self.state_indices]
-        batch = {STATE: torch.from_numpy(np.ascontiguousarray(state))[None], "task": [""]}
-        for cam, (key, _) in self.cameras.items():
-            image = torch.from_numpy(np.ascontiguousarray(obs[cam]))
-            batch[key] = image.permute(2, 0, 1)[None].float() / 255.0
+        batch = {STATE: torch.from_numpy(np.ascontiguousarray(state))[None], "task": [self.task]}
+        for cam, (key, (_, h, w)) in self.cameras.items():
+            image = torch.from_numpy(np.ascontiguousarray(obs[cam])).permute(2, 0, 1)[None].float() / 255.0
+            if image.shape[-2:] != (h, w):
+                image = torch.nn.functional.interpolate(image, size=(h, w), mode="bilinear", antialias=True,
+                                                        align_corners=False)
+            batch[key] = image
         with torch.inference_mode():
             chunk = self.policy.predict_action_chunk(self.pre(batch))
             chunk = self.post(chunk)[0].float().numpy()
-        return chunk if self.action_indices is None else chunk[:, self.action_indices]
+        if self.action_indices is not None:
+            chunk = chunk[:, self.action_indices]
+        return (chunk - self.action_offset) / self.action_scale

@@ -2,7 +2,9 @@
 as LeRobot saves one (``config.json``, ``model.safetensors`` and its pre- and post-processors with
 normalisation statistics) into FOLDER, for tests/test_base_policy.py's LeRobot base. Also writes
 FOLDER/expected.npz: one observation and the chunk LeRobot's own ``predict_action_chunk`` gives
-for it, through the processors, so the test compares what our worker answers with LeRobot's.
+for it, through the processors, so the test compares what our worker answers with LeRobot's; and
+the same for images twice the size, resized to the policy's (bilinear, antialiased) before the
+policy reads them (a base map's ``resize``).
 
     python tests/helpers/make_act_policy.py FOLDER STATE_WIDTH IMAGE_SIZE CAMERA...
 """
@@ -46,5 +48,13 @@ for cam in cameras:
 policy.eval()
 with torch.inference_mode():
     chunk = post(policy.predict_action_chunk(pre(batch)))[0].numpy()
-np.savez(folder / "expected.npz", chunk=chunk, **obs)
+big = {f"{cam}_big": rng.integers(0, 256, (2 * size, 2 * size, 3), dtype=np.uint8) for cam in cameras}
+for cam in cameras:
+    image = torch.from_numpy(big[f"{cam}_big"]).permute(2, 0, 1)[None].float() / 255.0
+    batch[f"observation.images.{cam}"] = torch.nn.functional.interpolate(image, size=(size, size), mode="bilinear",
+                                                                          antialias=True, align_corners=False)
+policy.reset()
+with torch.inference_mode():
+    chunk_resized = post(policy.predict_action_chunk(pre(batch)))[0].numpy()
+np.savez(folder / "expected.npz", chunk=chunk, chunk_resized=chunk_resized, **obs, **big)
 print(folder)
