@@ -38,6 +38,7 @@ class UnknownCellTask(UserFacingError):
 class CameraSpec:
     name: str  # "front", "wrist", ...: topics cameras/<name>/...
     serial: str = ""  # RealSense serial number ("" = the first camera found)
+    source: str = ""  # or an OpenCV camera (camera_node backend opencv): "/dev/video0", a device index, a URL
     crop: tuple[int, int, int, int] | None = None  # top, left, height, width of the sensor image
     resize: tuple[int, int] = (64, 64)  # (height, width) published
 
@@ -268,7 +269,7 @@ def _cameras(r: _Reader, value) -> tuple[CameraSpec, ...]:
     cameras: list[CameraSpec] = []
     for i, item in enumerate(value):
         where = f"cameras[{i}]"
-        r.mapping(item, where, ("name",), ("serial", "crop", "resize"))
+        r.mapping(item, where, ("name",), ("serial", "source", "crop", "resize"))
         name = r.string(item["name"], f"{where}.name")
         if name in [c.name for c in cameras]:
             r.fail(f"{where}.name", f"camera {name!r} is named twice; camera names must be unique")
@@ -276,6 +277,13 @@ def _cameras(r: _Reader, value) -> tuple[CameraSpec, ...]:
         if isinstance(serial, int) and not isinstance(serial, bool):
             r.fail(f"{where}.serial", f"write the serial number in quotes (serial: \"{serial}\"), YAML read a number")
         serial = r.string("" if serial is None else serial, f"{where}.serial", allow_empty=True)
+        source = item.get("source", "")
+        if isinstance(source, int) and not isinstance(source, bool):
+            source = str(source)  # a device index
+        source = r.string("" if source is None else source, f"{where}.source", allow_empty=True)
+        if serial and source:
+            r.fail(f"{where}.source", "give serial (a RealSense) or source (an OpenCV camera: /dev/video0, a device "
+                                      "index, a stream URL), not both")
         crop = None
         if item.get("crop") is not None:
             crop = r.integers(item["crop"], f"{where}.crop", 4, "top, left, height, width of the sensor image")
@@ -289,7 +297,7 @@ def _cameras(r: _Reader, value) -> tuple[CameraSpec, ...]:
         if cameras and resize != cameras[0].resize:
             r.fail(f"{where}.resize", f"{list(resize)} differs from {cameras[0].name}'s {list(cameras[0].resize)}; "
                                       "every camera publishes one size (the policy takes one image size)")
-        cameras.append(CameraSpec(name=name, serial=serial, crop=crop, resize=resize))
+        cameras.append(CameraSpec(name=name, serial=serial, source=source, crop=crop, resize=resize))
     return tuple(cameras)
 
 

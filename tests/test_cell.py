@@ -98,7 +98,7 @@ BAD = [
     (put([0.5, 0.5, 1.0], "workspace", "max_rotation"),
      r"workspace.max_rotation: unknown key \(did you mean 'max_rotation_rad'\? allowed: low, high, max_rotation_rad\)"),
     (put(0.1, "start", "randomize_m"), r"start.randomize_m: unknown key \(did you mean 'randomise_m'\? allowed: "),
-    (put("x", "cameras", 0, "exposure"), r"cameras\[0\].exposure: unknown key \(allowed: name, serial, crop, resize\)"),
+    (put("x", "cameras", 0, "exposure"), r"cameras\[0\].exposure: unknown key \(allowed: name, serial, source, crop, resize\)"),
     # missing fields
     (drop("home_joints"), r"home_joints: missing \(required\)"),
     (drop("workspace", "high"), r"workspace.high: missing \(required\)"),
@@ -142,6 +142,8 @@ BAD = [
                                          r"unique"),
     (put(123622270882, "cameras", 0, "serial"), r"cameras\[0\].serial: write the serial number in quotes "
                                                 r"\(serial: \"123622270882\"\)"),
+    (lambda d: (put("/dev/video0", "cameras", 1, "source")(d), put("111", "cameras", 1, "serial")(d)),
+     r"cameras\[1\].source: give serial \(a RealSense\) or source \(an OpenCV camera"),
     (put([0, 80, 480], "cameras", 0, "crop"), r"cameras\[0\].crop: expected 4 whole numbers \(top, left, height, "
                                               r"width of the sensor image\), got list \[0, 80, 480\]"),
     (put([0, 80, 0, 480], "cameras", 0, "crop"), r"cameras\[0\].crop: top and left must be >= 0 and height and width "
@@ -255,7 +257,8 @@ def wipe_table(tmp_path, **changes):
     """A task with no sim twin: 15 Hz, 48x48 cameras, no gripper."""
     data = {**example_data(), "name": "WipeTable", "control_hz": 15, "max_episode_steps": 30, "uses_gripper": False,
             "cameras": [{"name": "front", "serial": "111", "crop": [0, 80, 480, 480], "resize": [48, 48]},
-                        {"name": "wrist", "resize": [48, 48]}], **changes}
+                        {"name": "wrist", "resize": [48, 48]}, {"name": "side", "source": 2, "resize": [48, 48]}],
+            **changes}
     return write(tmp_path, data, "wipe.yaml")
 
 
@@ -275,9 +278,11 @@ def test_node_configs_take_what_the_task_file_sets(tmp_path):
                                                                                  48, 48)
     wrist = apply_camera_spec(CameraNodeConfig(name="wrist", serial="999", crop="1,2,3,4", task_file=path))
     assert (wrist.serial, wrist.crop, wrist.height) == ("999", "1,2,3,4", 48)  # the file gives neither: kept
+    side = apply_camera_spec(CameraNodeConfig(name="side", backend="realsense", task_file=path))
+    assert (side.backend, side.source, side.height) == ("opencv", "2", 48)  # a source: an OpenCV camera (a device index)
     assert apply_camera_spec(CameraNodeConfig(name="side")) == CameraNodeConfig(name="side")  # no file: as it was
-    with pytest.raises(TaskFileError, match=r"wipe.yaml: cameras: no camera 'side'"):
-        apply_camera_spec(CameraNodeConfig(name="side", task_file=path))
+    with pytest.raises(TaskFileError, match=r"wipe.yaml: cameras: no camera 'top'"):
+        apply_camera_spec(CameraNodeConfig(name="top", task_file=path))
 
     recorder, task = apply_task_file(RecorderNodeConfig(task_file=path))
     assert (recorder.task, recorder.control_hz, recorder.image_size) == ("WipeTable", 15.0, (48, 48))
@@ -287,8 +292,8 @@ def test_node_configs_take_what_the_task_file_sets(tmp_path):
     learner, _ = apply_task_file(LearnerNodeConfig(task_file=path))
     assert (learner.task, learner.image_size) == ("WipeTable", (48, 48))
     assert apply_task_file(LearnerNodeConfig()) == (LearnerNodeConfig(), from_sim_task("PickCube"))
-    with pytest.raises(TaskFileError, match=r"wipe.yaml: cameras: no camera 'side'"):
-        apply_task_file(dataclasses.replace(learner, cameras=("front", "side")))
+    with pytest.raises(TaskFileError, match=r"wipe.yaml: cameras: no camera 'top'"):
+        apply_task_file(dataclasses.replace(learner, cameras=("front", "top")))
     (tmp_path / "clf").mkdir()
     with_classifier = str(wipe_table(tmp_path, classifier="clf"))
     assert apply_task_file(ActorNodeConfig(task_file=with_classifier))[0].reward_classifier == str(tmp_path / "clf")

@@ -36,8 +36,8 @@ from robot_rl.runtime.priority import normal_priority, set_control_priority
 
 from robot_rl import bench
 
-FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300)
-QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60)
+FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300, opencv_s=10.0)
+QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60, opencv_s=2.0)
 THROUGHPUT_IMAGE = 128
 
 
@@ -309,6 +309,10 @@ def run(quick: bool = False, log=print) -> dict:
     from robot_rl.bench import franka
 
     figures.update(franka.run(p["franka_periods"], log))
+    from robot_rl.bench import opencv_camera
+
+    with tempfile.TemporaryDirectory(prefix="bench-ros-opencv-") as tmp:
+        figures.update(opencv_camera.run(p["opencv_s"], domain, Path(tmp), _start, _stop, log))
     figures["notes"] = [
         "DDS: Fast DDS over loopback (ROS 2 Kilted wheels from PyPI); arm, cameras and learner side in their own "
         "processes on this 2-core machine",
@@ -320,6 +324,10 @@ def run(quick: bool = False, log=print) -> dict:
         "franka_*: the arm node's command path (supervisor -> FrankaArm -> franky-control) against franky-sim's "
         "libfranka server in its own process on loopback, not over DDS and not on a physical arm; franky-sim may "
         "run slower than real time on a loaded machine",
+        "opencv_*: camera_node backend:=opencv reading a generated 640x480 MJPG file at 30 fps (a webcam's MJPG), "
+        "publishing 64x64 frames to this process over DDS; its stamps are arrival times (OpenCV gives no exposure "
+        "stamp), so opencv_frame_to_receipt_ms is the node's resize and publish plus the DDS hop, not the sensor's "
+        "exposure-to-host delay (about one frame period more on a real webcam)",
         "transitions: pixels = obs and next_obs with two 128x128 RGB images each, state = state vectors (wire "
         "frames, safetensors)",
         "_with_learner_<priority>: the pixel control loop while a learner process trains beside it the whole time "
