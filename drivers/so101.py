@@ -1,0 +1,623 @@
+"""The SO-101 arm backend: six Feetech STS3215 servos on one serial bus, driven through Feetech's
+own SDK (``scservo_sdk``, the one LeRobot uses), behind the same ``ArmSupervisor`` and action
+contract as the twin and the Franka.
+
+- **Calibration** (``So101Calibration``): LeRobot's SO-101 calibration file (per motor: id,
+  drive_mode, homing_offset, range_min, range_max), read and written as LeRobot does. An arm
+  joint's angle is (present ticks - its range's middle) / (4096 / 2 pi), negated when
+  ``drive_mode`` is 1 (LeRobot's degrees mode, whose zero is the kinematic model's zero); the
+  gripper's jaw angle is its range's fraction mapped onto the jaw's limits.
+- **The contract on a 5-DoF arm**: an action is a TCP displacement per control period and the
+  gripper's close/stay/open, as on every arm. Five joints cannot hold every orientation: the
+  contract keeps the TCP's position first, then the tool pointing down (the home orientation)
+  turned by its yaw about the vertical (the wrist's roll), as far as the joints allow: where the
+  wrist's flex limit stops a down-pointing tool (far out, or close in), the tool tilts in the
+  arm's vertical plane and the state says so. The roll and pitch parts of a rotation command
+  are dropped (counted, ``rotations_projected``); its yaw part turns the target. Each period the
+  target (the displacements added up, clipped to the workspace box and the yaw bound) becomes
+  joint goals by damped least squares on the arm's kinematic model
+  (robot_rl/sim/so101_description.py), the position first and the orientation in what it leaves
+  free; a target the arm cannot reach within ``IK_TOLERANCE_M`` keeps the last reachable one
+  (counted, ``ik_misses``).
+- **Faults**, read from the bus each period, stop the arm safely with one line on ``arm/status``:
+  a servo that does not answer, replies that fail their checksum three times in a row, a servo's
+  overload or overheat flag (its Status register), a temperature above ``max_temperature_c``, a
+  joint outside its calibrated range, and the bus gone (the port closed). The arm then sends no
+  goals (each servo holds its last; an overloaded one has dropped its torque) until the fault
+  clears and ``release()`` or the next reset.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command, \
+    state_quat
+from robot_rl.drivers import feetech as ft
+from robot_rl.errors import InputError, UserFacingError
+from robot_rl.geometry import matrix_to_quat, matrix_to_rotvec
+
+log = logging.getLogger("robot_rl.so101")
+
+JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+BAUDRATE = 1_000_000
+IK_TOLERANCE_M = 0.002
+# the model's tcp frame (robot_rl/sim/so101_description.py: -y along the fingers, z the jaws'
+# opening direction) -> the contract's TCP frame (z along the fingers, x forward: at home the
+# contract's HOME_QUAT, as the Franka's)
+TCP_TO_CONTRACT = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+IK_ITERATIONS = 50
+RETRIES = 2  # a failed bus transaction is tried again this many times before it is a fault
+
+
+class So101Error(UserFacingError):
+    """The SO-101 cannot be used: its port, its calibration, its servos."""
+
+
+@dataclass(frozen=True)
+class MotorCalibration:
+    id: int
+    drive_mode: int
+    homing_offset: int
+    range_min: int
+    range_max: int
+
+
+class So101Calibration:
+    """LeRobot's SO-101 calibration file: ``{motor: {id, drive_mode, homing_offset, range_min,
+    range_max}}`` for the six motors. ``load`` checks it names this arm's six motors, with
+    distinct ids and sensible ranges: one ``InputError`` line naming the file."""
+
+    def __init__(self, motors: dict[str, MotorCalibration]):
+        self.motors = motors
+
+    @classmethod
+    def load(cls, path: str | Path) -> "So101Calibration":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"calibration {path}: no such file") from None
+        except (OSError, ValueError) as e:
+            raise InputError(f"calibration {path}: not a JSON file ({e})") from None
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data, where: str = "calibration") -> "So101Calibration":
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: a mapping of the SO-101's motors expected")
+        missing = [name for name in JOINTS if name not in data]
+        unknown = [name for name in data if name not in JOINTS]
+        if unknown:
+            raise InputError(f"{where}: motors {unknown} are not an SO-101's (it has {list(JOINTS)}): a calibration "
+                             "file for another arm?")
+        if missing:
+            raise InputError(f"{where}: motors {missing} are missing (an SO-101 has {list(JOINTS)})")
+        motors = {}
+        for name in JOINTS:
+            entry = data[name]
+            try:
+                motor = MotorCalibration(**{key: int(entry[key]) for key in
+                                            ("id", "drive_mode", "homing_offset", "range_min", "range_max")})
+            except (KeyError, TypeError, ValueError) as e:
+                raise InputError(f"{where}: {name}: needs integer id, drive_mode, homing_offset, range_min and "
+                                 f"range_max ({type(e).__name__}: {e})") from None
+            if not 0 <= motor.range_min < motor.range_max < ft.TICKS_PER_TURN:
+                raise InputError(f"{where}: {name}: range_min {motor.range_min} .. range_max {motor.range_max} is "
+                                 f"not a range of 0 .. {ft.TICKS_PER_TURN - 1} ticks")
+            if motor.drive_mode not in (0, 1):
+                raise InputError(f"{where}: {name}: drive_mode is 0 or 1, got {motor.drive_mode}")
+            motors[name] = motor
+        ids = [m.id for m in motors.values()]
+        if len(set(ids)) != len(ids):
+            raise InputError(f"{where}: motor ids {ids} are not distinct")
+        return cls(motors)
+
+    def to_dict(self) -> dict:
+        return {name: {"id": m.id, "drive_mode": m.drive_mode, "homing_offset": m.homing_offset,
+                       "range_min": m.range_min, "range_max": m.range_max} for name, m in self.motors.items()}
+
+    def write(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=4) + "\n")
+        os.replace(tmp, path)
+
+    @property
+    def ids(self) -> list[int]:
+        return [self.motors[name].id for name in JOINTS]
+
+    def to_radians(self, ticks: np.ndarray, limits: np.ndarray) -> np.ndarray:
+        """Present ticks [6] -> the model's joint angles [6] (``limits``: [6, 2], the model's)."""
+        q = np.zeros(len(JOINTS))
+        for i, name in enumerate(JOINTS):
+            m = self.motors[name]
+            if name == "gripper":
+                fraction = (ticks[i] - m.range_min) / (m.range_max - m.range_min)
+                q[i] = limits[i, 0] + fraction * (limits[i, 1] - limits[i, 0])
+            else:
+                sign = -1.0 if m.drive_mode else 1.0
+                q[i] = sign * (ticks[i] - (m.range_min + m.range_max) / 2) / ft.TICKS_PER_RAD
+        return q
+
+    def to_ticks(self, q: np.ndarray, limits: np.ndarray) -> np.ndarray:
+        """The model's joint angles [6] -> goal ticks [6], inside each motor's calibrated range."""
+        ticks = np.zeros(len(JOINTS), np.int64)
+        for i, name in enumerate(JOINTS):
+            m = self.motors[name]
+            if name == "gripper":
+                fraction = (q[i] - limits[i, 0]) / (limits[i, 1] - limits[i, 0])
+                value = m.range_min + fraction * (m.range_max - m.range_min)
+            else:
+                sign = -1.0 if m.drive_mode else 1.0
+                value = (m.range_min + m.range_max) / 2 + sign * q[i] * ft.TICKS_PER_RAD
+            ticks[i] = int(round(np.clip(value, m.range_min, m.range_max)))
+        return ticks
+
+
+class So101Bus:
+    """The servos' bus through ``scservo_sdk``: the port locked for this process (a second user
+    is refused, not interleaved), each servo pinged and its model checked, then sync reads of
+    the present state and sync writes of the goals."""
+
+    STATE_ADDRESS, STATE_BYTES = 56, 6  # Present_Position, Present_Velocity, Present_Load
+    HEALTH_ADDRESS, HEALTH_BYTES = 62, 4  # Present_Voltage, Present_Temperature, (64), Status
+
+    def __init__(self, port: str, ids: list[int], names=JOINTS, latency_timer_ms: float = 16.0):
+        import scservo_sdk as scs
+        from scservo_sdk import port_handler
+
+        # the SDK waits this (twice) plus the bytes' time for a reply: a USB adapter's latency timer
+        # (16 ms, the SDK's default); a simulated bus on a loaded machine needs longer
+        port_handler.LATENCY_TIMER = latency_timer_ms
+        self.scs, self.port_name, self.ids, self.names = scs, port, list(ids), tuple(names)
+        if not os.path.exists(port):
+            raise So101Error(f"serial port {port} does not exist (is the arm's USB cable in? `ls /dev/ttyACM* "
+                             "/dev/ttyUSB*` lists the ports)")
+        try:
+            self._lock_fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as e:
+            raise So101Error(f"serial port {port} cannot be opened: {e.strerror}") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise So101Error(f"serial port {port} is busy: another process holds it (another arm node, or LeRobot)")
+        self.port = scs.PortHandler(port)
+        self.packets = scs.PacketHandler(0)
+        try:
+            opened = self.port.openPort() and self.port.setBaudRate(BAUDRATE)
+        except Exception as e:  # noqa: BLE001 - pyserial's error as one line
+            self.close()
+            raise So101Error(f"serial port {port} cannot be opened: {e}") from None
+        if not opened:
+            self.close()
+            raise So101Error(f"serial port {port} cannot be opened at {BAUDRATE} baud")
+        for sid, name in zip(self.ids, self.names):
+            for _ in range(RETRIES + 1):
+                self._fresh()
+                model, result, _ = self.packets.ping(self.port, sid)
+                if result == scs.COMM_SUCCESS:
+                    break
+            if result != scs.COMM_SUCCESS:
+                self.close()
+                raise So101Error(f"servo {sid} ({name}) does not answer on {port}: "
+                                 f"{self.packets.getTxRxResult(result)}")
+            if model != ft.STS3215_MODEL:
+                self.close()
+                raise So101Error(f"servo {sid} ({name}) on {port} is model {model}, not an STS3215 ({ft.STS3215_MODEL})")
+
+    def _fresh(self) -> None:
+        """Drop bytes a failed transaction left unread (the SDK flushes only its output), so the
+        next reply is read as itself."""
+        self.port.ser.reset_input_buffer()
+
+    def _sync_read(self, address: int, size: int) -> dict[int, bytes]:
+        scs = self.scs
+        self._fresh()
+        group = scs.GroupSyncRead(self.port, self.packets, address, size)
+        for sid in self.ids:
+            group.addParam(sid)
+        result = group.txRxPacket()
+        if result != scs.COMM_SUCCESS:
+            raise BusError(result, self.packets.getTxRxResult(result), self._silent(group))
+        return {sid: bytes(group.data_dict[sid]) for sid in self.ids}
+
+    def _silent(self, group) -> list[int]:
+        """After a failed sync read: the servos that do not answer a ping (a sync read stops at the
+        first missing reply, so it cannot say which)."""
+        silent = []
+        for sid in self.ids:
+            self._fresh()
+            _, result, _ = self.packets.ping(self.port, sid)
+            if result != self.scs.COMM_SUCCESS:
+                self._fresh()
+                _, result, _ = self.packets.ping(self.port, sid)  # once more: a reply lost is not a servo lost
+            if result not in (self.scs.COMM_SUCCESS, self.scs.COMM_RX_CORRUPT):  # a corrupt reply is an answer
+                silent.append(sid)
+        return silent
+
+    def read_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Present position (ticks), velocity (ticks/s) and load (per mille of the maximum torque), [6] each."""
+        data = self._sync_read(self.STATE_ADDRESS, self.STATE_BYTES)
+        pos = np.array([ft.decode("Present_Position", data[s][0:2]) for s in self.ids], np.float64)
+        vel = np.array([ft.decode("Present_Velocity", data[s][2:4]) for s in self.ids], np.float64)
+        load = np.array([ft.decode("Present_Load", data[s][4:6]) for s in self.ids], np.float64)
+        return pos, vel, load
+
+    def read_health(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Voltage (V), temperature (C) and the Status register's error bits, [6] each."""
+        data = self._sync_read(self.HEALTH_ADDRESS, self.HEALTH_BYTES)
+        volts = np.array([data[s][0] * ft.VOLTAGE_UNIT_V for s in self.ids])
+        temps = np.array([data[s][1] for s in self.ids], np.float64)
+        status = np.array([data[s][3] for s in self.ids], np.int64)
+        return volts, temps, status
+
+    def write(self, name: str, values) -> None:
+        """One register on every servo (sync write: no replies)."""
+        scs = self.scs
+        address, size = ft.REGISTERS[name]
+        group = scs.GroupSyncWrite(self.port, self.packets, address, size)
+        for sid, value in zip(self.ids, values):
+            group.addParam(sid, list(ft.encode(name, int(value))))
+        result = group.txPacket()
+        if result != scs.COMM_SUCCESS:
+            raise BusError(result, self.packets.getTxRxResult(result), [])
+
+    def write_one(self, sid: int, name: str, value: int) -> None:
+        address, size = ft.REGISTERS[name]
+        self._fresh()
+        result, error = self.packets.writeTxRx(self.port, sid, address, size, list(ft.encode(name, value)))
+        if result != self.scs.COMM_SUCCESS:
+            raise BusError(result, self.packets.getTxRxResult(result), [sid])
+
+    def close(self) -> None:
+        try:
+            if getattr(self, "port", None) is not None:
+                self.port.closePort()
+        except Exception:  # noqa: BLE001 - a port already gone
+            pass
+        if getattr(self, "_lock_fd", None) is not None:
+            try:
+                os.close(self._lock_fd)
+            except OSError:
+                pass
+            self._lock_fd = None
+
+
+class BusError(Exception):
+    def __init__(self, result: int, text: str, silent: list[int]):
+        super().__init__(text)
+        self.result, self.silent = result, silent
+
+
+@dataclass
+class So101Settings:
+    port: str = "/dev/ttyACM0"
+    calibration: str = ""  # LeRobot's calibration file of this arm
+    max_temperature_c: float = 65.0  # a servo above this stops the arm
+    torque_limit: int = 800  # per mille of the servos' maximum torque, the arm's joints
+    gripper_torque_limit: int = 500  # the gripper's: it squeezes a cube without overloading
+    gripper_open_rad: float = 1.0  # the jaw's angle when open (7.6 cm between the jaws; its range: the model's limits)
+    gripper_closed_rad: float = -0.1  # when closing (past the cube: the torque limit stops it)
+    reset_speed_rad_s: float = 1.0  # the reset's joint speed
+    latency_timer_ms: float = 16.0  # how long the SDK waits for a reply, twice, plus its bytes' time
+
+
+class So101Arm:
+    """An ``ArmBackend`` for the SO-101 on ``settings.port`` with ``calibration``. ``kinematics``:
+    the arm's model (``robot_rl.sim.so101_description``); ``start_pose(rng) -> (position, quat)``
+    as the Franka's: where each episode starts."""
+
+    def __init__(self, settings: So101Settings, calibration: So101Calibration, safety_box: SafetyBox,
+                 start_pose: Callable, limits: ControlLimits = ControlLimits(), uses_gripper: bool = True,
+                 seed: int = 0):
+        from robot_rl.sim import so101_description as model
+
+        self.model, self.settings, self.calibration = model, settings, calibration
+        self.safety_box, self.limits, self.control_hz = safety_box, limits, limits.control_hz
+        self.start_pose, self.uses_gripper = start_pose, uses_gripper
+        self.joint_limits = np.array([model.LIMITS[name] for name in JOINTS])
+        self.rng = np.random.default_rng(seed)
+        self.episode = 0
+        self.counts = {"reads": 0, "commands": 0, "faults": 0, "retries": 0, "ik_misses": 0,
+                       "rotations_projected": 0, "reconnects": 0}
+        self.faults: list[dict] = []
+        self.fault: dict | None = None  # the standing fault: the arm holds while it is there
+        self._halted = False
+        self._target: tuple[np.ndarray, float] | None = None  # TCP position, yaw
+        self._goal = None
+        self._gripper = GripperCommand.OPEN
+        self._state = np.zeros(STATE_DIM, np.float32)
+        self._q = np.zeros(len(JOINTS))
+        self._qd = np.zeros(len(JOINTS))
+        self._reference_yaw = 0.0
+        self.check_reach(safety_box)
+        self.bus = self._connect()
+        self._read()
+
+    def check_reach(self, box: SafetyBox) -> None:
+        """Every corner of the workspace box reachable (the TCP there, tilted if it must be):
+        else one ``InputError`` naming the corner, before the arm is opened."""
+        import itertools
+
+        for corner in itertools.product(*zip(box.low, box.high)):
+            corner = np.asarray(corner, np.float64)
+            errors = [self.solve(corner, 0.0, start)[1] for start in (self.model.HOME, np.r_[np.zeros(5), 1.0])]
+            if min(errors) > IK_TOLERANCE_M:
+                raise InputError(f"workspace box corner {[round(float(v), 3) for v in corner]} is out of the SO-101's reach "
+                                 f"({min(errors) * 1000:.0f} mm short); shrink the box (its base frame: x forward, "
+                                 "z up from the table)")
+
+    # ---- connection ------------------------------------------------------------------
+    def _connect(self) -> So101Bus:
+        """The bus opened and the calibration written to the servos, as LeRobot does on connecting
+        (torque off, EEPROM unlocked: homing offsets and position limits; locked again), and the
+        torque limits set. ``reset`` turns the torque on."""
+        bus = So101Bus(self.settings.port, self.calibration.ids, latency_timer_ms=self.settings.latency_timer_ms)
+        motors = [self.calibration.motors[name] for name in JOINTS]
+        try:
+            bus.write("Torque_Enable", [0] * len(JOINTS))
+            bus.write("Lock", [0] * len(JOINTS))
+            bus.write("Homing_Offset", [m.homing_offset for m in motors])
+            bus.write("Min_Position_Limit", [m.range_min for m in motors])
+            bus.write("Max_Position_Limit", [m.range_max for m in motors])
+            bus.write("Lock", [1] * len(JOINTS))
+            bus.write("Torque_Limit", [self.settings.torque_limit] * 5 + [self.settings.gripper_torque_limit])
+        except BusError as e:
+            bus.close()
+            raise So101Error(f"{self.settings.port}: the calibration could not be written to the servos: {e}") from None
+        return bus
+
+    def _raise_fault(self, kind: str, message: str) -> None:
+        if self.fault is not None and self.fault["kind"] == kind:
+            return
+        self.fault = {"kind": kind, "message": message}
+        self.faults.append(self.fault)
+        del self.faults[:-20]
+        self.counts["faults"] += 1
+        self._target = None
+        log.error("so101 %s fault: %s; holding", kind, message)
+
+    # ---- state -----------------------------------------------------------------------
+    def _read(self) -> None:
+        """Read the servos (retrying a failed transaction); a failure that persists, a fault flag,
+        a hot servo or a joint out of its range is a fault."""
+        for attempt in range(RETRIES + 1):
+            try:
+                ticks, vel, load = self.bus.read_state()
+                volts, temps, status = self.bus.read_health()
+                break
+            except (BusError, IndexError, ValueError) as e:  # the SDK misparses a torn reply now and then
+                if not isinstance(e, BusError):
+                    e = BusError(self.scs_rx_corrupt(), f"{type(e).__name__} in the SDK: {e}", [])
+                if attempt < RETRIES:
+                    self.counts["retries"] += 1
+                    continue
+                silent = ", ".join(f"{sid} ({JOINTS[self.calibration.ids.index(sid)]})" for sid in e.silent)
+                if len(e.silent) == len(JOINTS):
+                    self._raise_fault("connection", f"no servo answers on {self.settings.port}: the bus is unplugged "
+                                                    "or unpowered")
+                    self._reconnect()
+                elif e.silent:
+                    self._raise_fault("servo", f"servo {silent} does not answer on {self.settings.port}")
+                else:
+                    self._raise_fault("bus", f"{self.settings.port}: {e} ({RETRIES + 1} tries)")
+                return
+            except Exception as e:  # noqa: BLE001 - the port gone (unplugged): pyserial's error
+                self._raise_fault("connection", f"{self.settings.port}: {type(e).__name__}: {e}")
+                self._reconnect()
+                return
+        self.counts["reads"] += 1
+        q = self.calibration.to_radians(ticks, self.joint_limits)
+        self._q, self._qd = q, vel / ft.TICKS_PER_RAD
+        self._check_health(temps, status, ticks)
+        self._state = self._state_vector(q, self._qd, load)
+
+    def scs_rx_corrupt(self) -> int:
+        return self.bus.scs.COMM_RX_CORRUPT
+
+    def _check_health(self, temps: np.ndarray, status: np.ndarray, ticks: np.ndarray) -> None:
+        for i, name in enumerate(JOINTS):
+            flags = ft.error_names(int(status[i]))
+            if flags:
+                return self._raise_fault("servo", f"servo {self.calibration.ids[i]} ({name}) reports "
+                                                  f"{' and '.join(flags)}")
+            if temps[i] > self.settings.max_temperature_c:
+                return self._raise_fault("temperature", f"servo {self.calibration.ids[i]} ({name}) at {temps[i]:.0f} C "
+                                                        f"(limit {self.settings.max_temperature_c:g} C)")
+            m = self.calibration.motors[name]
+            margin = 0.05 * (m.range_max - m.range_min)
+            if not m.range_min - margin <= ticks[i] <= m.range_max + margin:
+                return self._raise_fault("joint_limit", f"{name} at {int(ticks[i])} ticks, outside its calibrated "
+                                                        f"range {m.range_min} .. {m.range_max}")
+        if self.fault is not None and self.fault["kind"] in ("servo", "temperature", "joint_limit", "bus", "connection"):
+            log.warning("so101: the %s fault cleared", self.fault["kind"])
+            self.fault = None
+
+    def _reconnect(self) -> None:
+        """Open the bus again (each period while the connection fault stands)."""
+        try:
+            self.bus.close()
+            self.bus = self._connect()
+            self.counts["reconnects"] += 1
+        except UserFacingError as e:
+            log.debug("so101: reconnecting: %s", e)
+
+    def _state_vector(self, q: np.ndarray, qd: np.ndarray, load: np.ndarray) -> np.ndarray:
+        pos, rot = self.tcp_pose(q)
+        jac = self.model.jacobian(q)
+        twist = jac @ qd[:5]
+        state = np.zeros(STATE_DIM, np.float32)
+        state[STATE_SLICES["tcp_pos"]] = pos
+        state[STATE_SLICES["tcp_quat"]] = state_quat(matrix_to_quat(rot))
+        state[STATE_SLICES["tcp_linvel"]] = twist[:3]
+        state[STATE_SLICES["tcp_angvel"]] = twist[3:]
+        state[STATE_SLICES["gripper_width"]] = self.model.gripper_width(q[5])
+        # the external wrench, estimated from the servos' loads less what gravity asks of them
+        torque = load[:5] / ft.LOAD_PER_MILLE * self.model.SERVO_STALL_TORQUE_NM - self.model.gravity_torques(q)[:5]
+        wrench = np.linalg.pinv(jac.T) @ torque
+        state[STATE_SLICES["ee_force"]] = wrench[:3]
+        state[STATE_SLICES["ee_torque"]] = wrench[3:]
+        return state
+
+    def tcp_pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The contract's TCP pose (z along the fingers, down at home) at joint angles ``q``."""
+        pos, rot = self.model.forward_kinematics(q)
+        return pos, rot @ TCP_TO_CONTRACT
+
+    def state(self) -> np.ndarray:
+        self._read()
+        return self._state
+
+    def joint_state(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        return list(JOINTS), self._q.copy(), self._qd.copy()
+
+    # ---- commands --------------------------------------------------------------------
+    def apply(self, action: np.ndarray) -> None:
+        """One control period: the target pose moved by the action's displacement (position and
+        yaw), its joint goals written to the servos; the gripper closed or opened."""
+        if self._halted or self.fault is not None:
+            return
+        action = np.asarray(action, np.float64)
+        if np.any(np.abs(action[3:5]) > 1e-6):
+            self.counts["rotations_projected"] += 1
+        pos, yaw = self._target if self._target is not None else self._measured_target()
+        pos = np.clip(pos + action[:3] * self.limits.max_translation_m, self.safety_box.low, self.safety_box.high)
+        bound = float(np.asarray(self.safety_box.max_rotation_rad)[2])
+        yaw = float(np.clip(yaw + action[5] * self.limits.max_rotation_rad, self._reference_yaw - bound,
+                            self._reference_yaw + bound))
+        goal, error = self.solve(pos, yaw, self._goal if self._goal is not None else self._q)
+        if error > IK_TOLERANCE_M:
+            self.counts["ik_misses"] += 1
+            goal = self._goal if self._goal is not None else self._q.copy()  # keep the last reachable target
+        else:
+            self._target = (pos, yaw)
+        if self.uses_gripper:
+            command = gripper_command(float(action[6]))
+            if command != GripperCommand.STAY:
+                self._gripper = command
+        goal = goal.copy()
+        goal[5] = self.settings.gripper_closed_rad if self._gripper == GripperCommand.CLOSE else self.settings.gripper_open_rad
+        self._send(goal)
+
+    def _measured_target(self) -> tuple[np.ndarray, float]:
+        pos, rot = self.model.forward_kinematics(self._q)
+        return pos.copy(), self.model.tcp_yaw(rot)
+
+    def solve(self, pos: np.ndarray, yaw: float, start: np.ndarray) -> tuple[np.ndarray, float]:
+        """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
+        allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
+        position first and the orientation in what the position leaves free (task priority), from
+        ``start``. Returns them and the position error left (m)."""
+        target_rot = self.model.down_rotation(yaw)
+        q = np.array(start, np.float64)
+        low, high = self.joint_limits[:5, 0], self.joint_limits[:5, 1]
+        eye = np.eye(5)
+        for _ in range(IK_ITERATIONS):
+            p, r = self.model.forward_kinematics(q)
+            e_pos, e_rot = pos - p, matrix_to_rotvec(target_rot @ r.T)
+            if np.linalg.norm(e_pos) < 1e-4 and np.linalg.norm(e_rot) < 1e-3:
+                break
+            jac = self.model.jacobian(q)
+            free = np.ones(5, bool)
+            for _ in range(3):  # a joint at its limit that the step pushes further is left out
+                j = jac * free
+                jp, jo = j[:3], j[3:]
+                jp_pinv = jp.T @ np.linalg.inv(jp @ jp.T + 1e-6 * np.eye(3))
+                step = jp_pinv @ e_pos
+                null = eye - jp_pinv @ jp
+                jo_null = jo @ null
+                step += null @ (jo_null.T @ np.linalg.solve(jo_null @ jo_null.T + 1e-3 * np.eye(3), e_rot - jo @ step))
+                blocked = free & (((q[:5] <= low + 1e-6) & (step < 0)) | ((q[:5] >= high - 1e-6) & (step > 0)))
+                if not blocked.any():
+                    break
+                free &= ~blocked
+            biggest = np.abs(step).max()
+            if biggest > 0.2:  # small steps: the linearisation holds
+                step *= 0.2 / biggest
+            q[:5] = np.clip(q[:5] + step, low, high)
+        p, _ = self.model.forward_kinematics(q)
+        return q, float(np.linalg.norm(pos - p))
+
+    def _send(self, goal: np.ndarray) -> None:
+        try:
+            self.bus.write("Goal_Position", self.calibration.to_ticks(goal, self.joint_limits))
+            self._goal = goal
+            self.counts["commands"] += 1
+        except BusError as e:
+            self._raise_fault("bus", f"{self.settings.port}: goals not written: {e}")
+        except Exception as e:  # noqa: BLE001 - the port gone
+            self._raise_fault("connection", f"{self.settings.port}: {type(e).__name__}: {e}")
+
+    def halt(self) -> None:
+        """E-stop: no goals until ``release()``; each servo holds the goal it has (its own loop)."""
+        self._halted = True
+        self._target = None
+
+    def release(self) -> None:
+        self._halted = False
+        self._goal = None
+
+    def reset(self) -> np.ndarray:
+        """Torque on, the gripper open, then to this episode's start pose (in steps a servo can
+        follow), and the state read there."""
+        position, quat = self.start_pose(self.rng)
+        self.episode += 1
+        self._read()
+        if self.fault is not None:
+            raise So101Error(f"the SO-101 is faulted: {self.fault['message']}")
+        self.bus.write("Torque_Enable", [1] * len(JOINTS))
+        self._gripper = GripperCommand.OPEN
+        from robot_rl.geometry import quat_to_matrix
+
+        yaw = self.model.tcp_yaw(quat_to_matrix(np.asarray(quat, np.float64)) @ TCP_TO_CONTRACT.T)
+        goal, error = self.solve(np.asarray(position, np.float64), yaw, self.model.HOME)
+        if error > IK_TOLERANCE_M:
+            raise So101Error(f"the start pose {list(np.round(position, 3))} is out of the SO-101's reach "
+                             f"({error * 1000:.0f} mm off)")
+        goal[5] = self.settings.gripper_open_rad
+        self._move_to(goal)
+        self._reference_yaw = yaw
+        self._target, self._goal = (np.asarray(position, np.float64), yaw), goal
+        return self._state
+
+    def _move_to(self, goal: np.ndarray) -> None:
+        """Joint space to ``goal`` at ``reset_speed_rad_s`` (goals each control period), then read
+        until the arm is there and at rest (a reset's motion, blocking as the Franka's does)."""
+        period = 1.0 / self.control_hz
+        start = self._q.copy()
+        steps = max(1, int(np.ceil(np.abs(goal - start)[:5].max() / (self.settings.reset_speed_rad_s * period))))
+        pace = threading.Event()
+        for k in range(1, steps + 1):
+            if self._halted:
+                raise So101Error("the reset was stopped (e-stop)")
+            self._send(start + (goal - start) * k / steps)
+            pace.wait(period)
+            self._read()
+        for _ in range(int(2.0 / period)):
+            if self.fault is not None:
+                raise So101Error(f"the SO-101 faulted during its reset: {self.fault['message']}")
+            if np.abs(self._q - goal)[:5].max() < 0.02 and np.abs(self._qd[:5]).max() < 0.05:
+                return
+            pace.wait(period)
+            self._read()
+        log.warning("so101: the reset ended %.0f mrad from its goal", 1000 * np.abs(self._q - goal)[:5].max())
+
+    def status(self) -> dict:
+        return {"backend": "so101", "port": self.settings.port, "connected": self.fault is None
+                or self.fault["kind"] != "connection", "halted": self._halted, "fault": self.fault,
+                "gripper_target": self._gripper.name.lower(), "counts": dict(self.counts),
+                "last_fault": self.faults[-1] if self.faults else None}
+
+    def close(self) -> None:
+        self.bus.close()

@@ -1,0 +1,269 @@
+"""The SO-101 (issue 47): the Feetech protocol (drivers/feetech.py), the simulated arm on a
+pseudo-terminal (drivers/so101_sim.py) as Feetech's own SDK sees it, the calibration file, and
+the backend (drivers/so101.py): the contract's motion, and each fault stopping the arm in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from robot_rl.drivers import feetech as ft
+from robot_rl.errors import InputError
+
+
+# ------------------------------------------------------------------ the protocol
+def test_packets_carry_their_checksum_and_corrupt_ones_are_skipped():
+    ping = ft.instruction(3, ft.PING)
+    assert ping == bytes([0xFF, 0xFF, 3, 2, 1, (~(3 + 2 + 1)) & 0xFF])
+    read = ft.instruction(1, ft.READ, bytes([56, 2]))
+    bad = bytearray(ft.instruction(2, ft.READ, bytes([56, 2])))
+    bad[-1] ^= 0xFF
+    reader = ft.PacketReader()
+    stream = b"\x00" + read + bytes(bad) + ping
+    for i in range(0, len(stream), 3):  # arriving in pieces, as a serial port delivers them
+        reader.feed(stream[i:i + 3])
+    packets = [p for p in reader.packets()]
+    reader.feed(b"")
+    packets += list(reader.packets())
+    assert [(p.servo_id, p.code, p.params) for p in packets] == [(1, ft.READ, bytes([56, 2])), (3, ft.PING, b"")]
+    assert reader.corrupt == 1
+
+
+def test_registers_with_a_sign_bit_round_trip():
+    for name, value in (("Present_Velocity", -1234), ("Present_Load", -512), ("Homing_Offset", -2000),
+                        ("Goal_Position", 4095), ("Present_Position", 0)):
+        assert ft.decode(name, ft.encode(name, value)) == value
+    assert ft.encode("Present_Load", -1) == bytes([1, 4])  # bit 10: the direction
+    assert ft.error_names(0x24) == ["overheat", "overload"]
+
+
+# ------------------------------------------------------------------ calibration
+def lerobot_calibration(**changes) -> dict:
+    """An SO-101 calibration as LeRobot writes it (so101_follower.json)."""
+    data = {name: {"id": i + 1, "drive_mode": 0, "homing_offset": 100 * i - 250, "range_min": 800 + 10 * i,
+                   "range_max": 3300 - 10 * i} for i, name in enumerate(("shoulder_pan", "shoulder_lift", "elbow_flex",
+                                                                          "wrist_flex", "wrist_roll", "gripper"))}
+    data.update(changes)
+    return data
+
+
+def test_a_lerobot_calibration_file_reads_and_writes_back_the_same(tmp_path):
+    from robot_rl.drivers.so101 import So101Calibration
+
+    path = tmp_path / "so101_follower.json"
+    path.write_text(json.dumps(lerobot_calibration()))
+    calibration = So101Calibration.load(path)
+    assert calibration.ids == [1, 2, 3, 4, 5, 6] and calibration.motors["elbow_flex"].homing_offset == -50
+    out = tmp_path / "written.json"
+    calibration.write(out)
+    assert json.loads(out.read_text()) == lerobot_calibration()
+    limits = np.array([[-1.9, 1.9], [-1.7, 1.7], [-1.7, 1.7], [-1.6, 1.6], [-2.8, 2.8], [-0.17, 1.75]])
+    q = np.array([0.3, -0.2, 0.5, -0.1, 1.0, 0.4])
+    back = calibration.to_radians(calibration.to_ticks(q, limits).astype(float), limits)
+    assert np.abs(back - q).max() < 2 * np.pi / 4096 * 2
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.pop("wrist_roll"), "motors ['wrist_roll'] are missing (an SO-101 has"),
+    (lambda d: d.update({"waist": d.pop("shoulder_pan")}), "motors ['waist'] are not an SO-101's"),
+    (lambda d: d["gripper"].update(id=1), "motor ids [1, 2, 3, 4, 5, 1] are not distinct"),
+    (lambda d: d["elbow_flex"].update(range_min=3000, range_max=1000), "elbow_flex: range_min 3000 .. range_max 1000"),
+    (lambda d: d["elbow_flex"].pop("homing_offset"), "elbow_flex: needs integer id, drive_mode, homing_offset"),
+])
+def test_a_calibration_for_another_arm_or_with_missing_motors_is_one_line(tmp_path, change, says):
+    from robot_rl.drivers.so101 import So101Calibration
+
+    data = lerobot_calibration()
+    change(data)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as err:
+        So101Calibration.load(path)
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InputError, match="no such file"):
+        So101Calibration.load(tmp_path / "none.json")
+
+
+# ------------------------------------------------------------------ the simulated arm and the SDK
+scs = pytest.importorskip("scservo_sdk", reason="Feetech's SDK (pip install robot-rl[so101])")
+
+
+@pytest.fixture
+def bus():
+    from robot_rl.drivers.so101_sim import SimulatedSo101Bus
+
+    with SimulatedSo101Bus() as simulated:
+        yield simulated
+
+
+def sdk(port):
+    handler = scs.PortHandler(port)
+    assert handler.openPort() and handler.setBaudRate(1_000_000)
+    return handler, scs.PacketHandler(0)
+
+
+def test_the_sdk_pings_reads_and_writes_the_simulated_servos(bus):
+    port, packets = sdk(bus.port)
+    try:
+        for sid in range(1, 7):
+            model, result, error = packets.ping(port, sid)
+            assert (model, result, error) == (ft.STS3215_MODEL, scs.COMM_SUCCESS, 0)
+        assert packets.ping(port, 9)[1] == scs.COMM_RX_TIMEOUT  # no servo 9 on this bus
+        # an arm never calibrated (homing offsets 0) reads its encoders' raw ticks
+        reader = scs.GroupSyncRead(port, packets, 56, 2)
+        for sid in range(1, 7):
+            reader.addParam(sid)
+        assert reader.txRxPacket() == scs.COMM_SUCCESS
+        ticks = np.array([ft.decode("Present_Position", bytes(reader.data_dict[s])) for s in range(1, 7)])
+        assert np.abs(ticks - bus.raw_ticks(bus.physics.joint_positions()) % 4096).max() <= 1
+        # torque on and a goal 0.6 rad further for the elbow: the joint goes there
+        elbow = 3
+        goal = int(ticks[elbow - 1] + 0.6 * ft.TICKS_PER_RAD)
+        assert packets.write1ByteTxRx(port, elbow, 40, 1)[0] == scs.COMM_SUCCESS
+        start = bus.physics.joint_positions()[elbow - 1]
+        writer = scs.GroupSyncWrite(port, packets, 42, 2)
+        writer.addParam(elbow, list(ft.encode("Goal_Position", goal)))
+        assert writer.txPacket() == scs.COMM_SUCCESS
+        assert wait_for(lambda: abs(bus.physics.joint_positions()[elbow - 1] - start - 0.6) < 0.01), \
+            bus.physics.joint_positions()
+        model, result, error = packets.read1ByteTxRx(port, elbow, 40)
+        assert (model, result) == (1, scs.COMM_SUCCESS)
+    finally:
+        port.closePort()
+
+
+def wait_for(condition, reads: int = 200) -> bool:
+    """Poll ``condition`` while the simulated arm moves (each poll waits for its physics to step)."""
+    import threading
+
+    tick = threading.Event()
+    for _ in range(reads):
+        if condition():
+            return True
+        tick.wait(0.01)
+    return condition()
+
+
+# ------------------------------------------------------------------ the backend
+HOME_QUAT = (0.0, 1.0, 0.0, 0.0)
+START = (0.15, -0.05, 0.1)  # a corner of the 10 cm square in front of the arm
+
+
+def so101_arm(bus, **settings):
+    from robot_rl.contract import SafetyBox
+    from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
+
+    box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2), max_rotation_rad=(0.3, 0.3, 1.0))
+    settings.setdefault("latency_timer_ms", 100.0)  # the simulated bus shares a loaded machine's cores
+    return So101Arm(So101Settings(port=bus.port, **settings), So101Calibration.from_dict(bus.calibration()), box,
+                    lambda rng: (START, HOME_QUAT))
+
+
+def settle(arm, reads: int = 100) -> np.ndarray:
+    """The state once the TCP is at rest (each read waits on the bus's replies)."""
+    from robot_rl.contract import STATE_SLICES
+
+    for _ in range(reads):
+        state = arm.state()
+        if np.linalg.norm(state[STATE_SLICES["tcp_linvel"]]) < 0.002:
+            break
+    return state
+
+
+def test_a_10_cm_square_at_full_action_ends_each_corner_within_3_mm(bus):
+    """The contract's displacements, open loop: each side 3 full-action periods (3 cm each) and
+    one of a third, then the arm at rest: every corner within 3 mm of where the actions add up to."""
+    import threading
+
+    from robot_rl.contract import STATE_SLICES
+
+    arm = so101_arm(bus)
+    period = threading.Event()
+    try:
+        state = arm.reset()
+        start = state[STATE_SLICES["tcp_pos"]].astype(float)
+        assert np.linalg.norm(start - START) < 0.003, start
+        np.testing.assert_allclose(np.abs(state[STATE_SLICES["tcp_quat"]]), HOME_QUAT, atol=0.02)
+        corner, errors = start.copy(), []
+        for direction in ((1, 0), (0, 1), (-1, 0), (0, -1)):
+            for scale in (1.0, 1.0, 1.0, 1 / 3):
+                action = np.zeros(7)
+                action[:2] = np.array(direction) * scale
+                arm.state()
+                arm.apply(action)
+                period.wait(0.1)  # the control period, as the arm node's timer paces it
+            corner[:2] += np.array(direction) * 0.1
+            reached = settle(arm)[STATE_SLICES["tcp_pos"]]
+            errors.append(float(np.linalg.norm(reached - corner)))
+        assert max(errors) < 0.003, errors
+        assert arm.counts["ik_misses"] == 0 and arm.fault is None
+    finally:
+        arm.close()
+
+
+def test_a_port_that_is_missing_or_busy_and_a_box_out_of_reach_are_one_line_before_the_arm_moves(bus, tmp_path):
+    from robot_rl.contract import SafetyBox
+    from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Error, So101Settings
+
+    calibration = So101Calibration.from_dict(bus.calibration())
+    box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2))
+    with pytest.raises(So101Error, match=r"serial port /dev/ttyACM9 does not exist \(is the arm's USB cable in"):
+        So101Arm(So101Settings(port="/dev/ttyACM9"), calibration, box, lambda rng: (START, HOME_QUAT))
+    arm = so101_arm(bus)
+    try:
+        with pytest.raises(So101Error, match=f"serial port {bus.port} is busy: another process holds it"):
+            so101_arm(bus)
+    finally:
+        arm.close()
+    far = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.6, 0.1, 0.2))
+    with pytest.raises(InputError, match=r"workspace box corner \[0.6, -0.1, 0.01\] is out of the SO-101's reach"):
+        So101Arm(So101Settings(port=bus.port), calibration, far, lambda rng: (START, HOME_QUAT))
+    assert bus.counts["packets"] == 0 or not bus.torque.any()  # nothing moved: no servo has its torque on
+
+
+@pytest.mark.parametrize("fault, says", [
+    (lambda bus: bus.silence(3), "servo 3 (elbow_flex) does not answer on"),
+    (lambda bus: bus.corrupt(10_000), "Incorrect status packet"),
+    (lambda bus: bus.overload(2), "servo 2 (shoulder_lift) reports overload"),
+    (lambda bus: bus.overheat(5), "servo 5 (wrist_roll) reports overheat"),
+    (lambda bus: bus.unplug(), "connection"),
+])
+def test_each_fault_stops_the_arm_with_one_line_and_the_node_goes_on(bus, fault, says):
+    """A fault read from the bus: the arm sends no more goals (the servos hold theirs), one line in
+    its status, no exception out of state() or apply(); a passing fault (a corrupt reply) is retried."""
+    arm = so101_arm(bus)
+    try:
+        arm.reset()
+        arm.apply(np.zeros(7))
+        before = arm.counts["commands"]
+        fault(bus)
+        for _ in range(5):
+            arm.state()
+            arm.apply(np.r_[1.0, np.zeros(6)])
+        status = arm.status()
+        assert status["fault"] is not None, status
+        line = f"{status['fault']['kind']}: {status['fault']['message']}"
+        assert says in line and "\n" not in line, line
+        assert arm.counts["commands"] == before  # no goal after the fault
+        assert arm.counts["faults"] == 1  # said once, not once per period
+    finally:
+        arm.close()
+
+
+def test_a_corrupt_reply_now_and_then_is_retried_not_a_fault(bus):
+    arm = so101_arm(bus)
+    try:
+        arm.reset()
+        bus.corrupt(1)
+        arm.state()
+        assert arm.fault is None and arm.counts["retries"] == 1
+        bus.silence(4)
+        arm.state()
+        assert arm.fault["kind"] == "servo"
+        bus.silence(4, on=False)
+        arm.state()
+        assert arm.fault is None  # the servo answers again: the fault clears; the arm moves on its next command
+    finally:
+        arm.close()
