@@ -5,7 +5,10 @@ its impedance controller inside), or with ``lockstep`` once per actor command (r
 Backend ``franka``: a Franka through franky-control (``drivers/franka.py``) at ``robot_ip``; its
 velocity commands are streamed to the robot the moment they arrive (and renewed each tick); the
 e-stop stops the robot at once, even during a reset's motion; a fault (reflex, lost connection)
-is logged, counted and reported on ``arm/status`` while the backend recovers. Both serve the
+is logged, counted and reported on ``arm/status`` while the backend recovers. Backend ``so101``:
+an SO-101 on its Feetech servo bus (``drivers/so101.py``) at ``port`` with its ``calibration``
+file and an SO-101 task file; a fault (a servo silent, a bad reply, an overload or overheat, the
+bus gone) stops it with one line on ``arm/status``. All serve the
 same topics (see topics.py); the task (workspace box, home joints, start pose, control rate)
 comes from ``task_file`` or the sim task ``task`` names.
 Every command passes the :class:`ArmSupervisor` (velocity limits, workspace box, watchdog,
@@ -73,12 +76,16 @@ class ArmNodeConfig:
     # how much of the TCP's distance from its target (the commanded displacements added up) each
     # period's velocity also closes (0: velocity only; docs in drivers/franka.py FrankaSettings)
     tracking_gain: float = 0.7
+    # so101: the arm's serial bus (drivers/so101.py So101Settings)
+    port: str = ""  # the bus adapter's serial port (e.g. /dev/ttyACM0), or a simulated arm's pty
+    calibration: str = ""  # the arm's LeRobot calibration file (robot-rl arm calibrate writes one)
+    latency_timer_ms: float = 16.0  # how long Feetech's SDK waits for a reply (twice): the USB adapter's latency timer
     priority: str = setting("realtime", "the arm's CPU priority (the control path): realtime (SCHED_FIFO where the "
                                         "system allows it, else a warning and normal) or normal",
                             choices=CONTROL_PRIORITIES)
 
 
-BACKENDS = ("sim", "franka")
+BACKENDS = ("sim", "franka", "so101")
 
 
 def make_backend(cfg: ArmNodeConfig, task):
@@ -94,6 +101,18 @@ def make_backend(cfg: ArmNodeConfig, task):
                                   tracking_gain=cfg.tracking_gain)
         return FrankaArm(settings, task.workspace, tuple(cfg.home_joints) or task.home_joints, task.sample_start,
                          limits, task.uses_gripper, cfg.seed)
+    if cfg.backend == "so101":
+        from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
+
+        if task.robot != "so101":
+            raise InputError("arm backend so101 needs an SO-101 task file (robot: so101), e.g. "
+                             "robot_rl/tasks/pick_cube_so101.yaml (robot-rl task show PickCubeSO101)")
+        if not cfg.port or not cfg.calibration:
+            raise InputError("arm backend so101 needs port (the bus's serial port, e.g. /dev/ttyACM0) and calibration "
+                             "(the arm's calibration file: robot-rl arm calibrate --backend so101 writes one)")
+        settings = So101Settings(port=cfg.port, calibration=cfg.calibration, latency_timer_ms=cfg.latency_timer_ms)
+        return So101Arm(settings, So101Calibration.load(cfg.calibration), task.workspace, task.sample_start, limits,
+                        task.uses_gripper, cfg.seed)
     raise InputError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
                      "drivers.arm.ArmBackend)")
 

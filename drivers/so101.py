@@ -386,7 +386,7 @@ class So101Arm:
         del self.faults[:-20]
         self.counts["faults"] += 1
         self._target = None
-        log.error("so101 %s fault: %s; holding", kind, message)
+        log.debug("so101 %s fault: %s; holding", kind, message)  # the arm node says it, in one line
 
     # ---- state -----------------------------------------------------------------------
     def _read(self) -> None:

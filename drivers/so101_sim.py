@@ -16,7 +16,8 @@ bad checksum (``corrupt``), an overload (``overload``: the servo reports it and 
 torque, as the STS3215's protection does), an overheating servo (``overheat``), and the bus
 unplugged (``unplug``: the pty closes).
 
-    python -m robot_rl.drivers.so101_sim --link /tmp/so101   # prints the port, serves until killed
+    python -m robot_rl.drivers.so101_sim --link /tmp/so101 --calibration-out calib.json
+        # prints the port, serves until killed; fault commands on stdin (``control``)
 """
 
 from __future__ import annotations
@@ -289,18 +290,58 @@ class SimulatedSo101Bus:
         self.physics.close()
 
 
+COMMANDS = ("silence", "answer", "corrupt", "overload", "overheat", "cool", "unplug")
+
+
+def control(bus: SimulatedSo101Bus, line: str) -> str:
+    """One fault command from the process's stdin: ``silence ID``, ``answer ID`` (the servo answers
+    again), ``corrupt N`` (the next N replies), ``overload ID``, ``overheat ID``, ``cool ID``,
+    ``unplug``. Returns what it did, or why not."""
+    words = line.split()
+    if not words or words[0] not in COMMANDS:
+        return f"error: commands are {', '.join(COMMANDS)}"
+    try:
+        arg = int(words[1]) if len(words) > 1 else None
+    except ValueError:
+        return f"error: {words[1]!r} is not a number"
+    if words[0] != "unplug" and arg is None:
+        return f"error: {words[0]} needs a servo id (or a count)"
+    action = {"silence": lambda: bus.silence(arg), "answer": lambda: bus.silence(arg, on=False),
+              "corrupt": lambda: bus.corrupt(arg), "overload": lambda: bus.overload(arg),
+              "overheat": lambda: bus.overheat(arg), "cool": lambda: bus.overheat(arg, on=False),
+              "unplug": bus.unplug}[words[0]]
+    action()
+    return f"ok {line.strip()}"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="a simulated SO-101 on a pseudo-terminal (Feetech protocol, "
-                                                 "MuJoCo physics)")
+                                                 "MuJoCo physics); fault commands on stdin (silence ID, answer ID, "
+                                                 "corrupt N, overload ID, overheat ID, cool ID, unplug)")
     parser.add_argument("--link", default=None, help="a symlink to the pty to create (e.g. /tmp/so101)")
+    parser.add_argument("--calibration-out", default=None,
+                        help="write this arm's true calibration there (LeRobot's format), for the arm node")
     args = parser.parse_args(argv)
     bus = SimulatedSo101Bus(link=args.link).start()
+    if args.calibration_out:
+        import json
+
+        with open(args.calibration_out, "w") as out:
+            json.dump(bus.calibration(), out, indent=4)
     print(bus.port, flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
+
+    def read_commands():
+        for line in sys.stdin:
+            print(control(bus, line), flush=True)
+        # stdin closed: keep serving until signalled
+
+    threading.Thread(target=read_commands, daemon=True, name="so101-control").start()
     done.wait()
     bus.close()
+    bus.physics.close()
     sys.exit(0)
 
 

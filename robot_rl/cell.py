@@ -21,7 +21,8 @@ import numpy as np
 from robot_rl.contract import ControlLimits, SafetyBox
 from robot_rl.errors import UserFacingError
 
-ROBOTS = ("franka",)  # arms with a driver that reads task files
+ROBOTS = ("franka", "so101")  # arms with a driver that reads task files
+ROBOT_JOINTS = {"franka": 7, "so101": 6}  # how many home_joints each has (the SO-101's: five and its gripper)
 DOWN_WXYZ = (0.0, 1.0, 0.0, 0.0)  # the gripper pointing down (the sim's home rotation)
 EXAMPLES_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -54,9 +55,9 @@ class StartPose:
 @dataclass(frozen=True)
 class CellTask:
     name: str
-    robot: str  # "franka"
+    robot: str  # "franka" or "so101"
     workspace: SafetyBox
-    home_joints: tuple[float, ...]  # 7 joint angles, radians
+    home_joints: tuple[float, ...]  # joint angles, radians: a Franka's 7, an SO-101's 6
     start: StartPose
     control_hz: float
     max_episode_steps: int
@@ -201,7 +202,7 @@ def load_task_file(path) -> CellTask:
     name = r.string(data["name"], "name")
     robot = r.string(data["robot"], "robot")
     if robot not in ROBOTS:
-        r.fail("robot", f"{robot!r} has no driver that reads task files; the only robot accepted for now is "
+        r.fail("robot", f"{robot!r} has no driver that reads task files; the robots accepted are "
                         f"{', '.join(map(repr, ROBOTS))}")
     control_hz = r.number(data["control_hz"], "control_hz")
     if control_hz <= 0:
@@ -209,7 +210,7 @@ def load_task_file(path) -> CellTask:
     max_episode_steps = r.positive_int(data["max_episode_steps"], "max_episode_steps")
     uses_gripper = r.boolean(data["uses_gripper"], "uses_gripper")
     workspace = _workspace(r, data["workspace"])
-    home = r.numbers(data["home_joints"], "home_joints", 7)
+    home = r.numbers(data["home_joints"], "home_joints", ROBOT_JOINTS[robot])
     start = _start(r, data["start"], workspace)
     cameras = _cameras(r, data["cameras"])
     classifier = data.get("classifier")

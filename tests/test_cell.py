@@ -38,11 +38,21 @@ def test_the_examples_ship_in_the_package_and_install_as_package_data():
     import robot_rl
 
     examples = example_task_files()
-    assert set(examples) == {"PickCube", "PegInsert"}
-    assert {p.name for p in examples.values()} == {"pick_cube_franka.yaml", "peg_insert_franka.yaml"}
+    assert set(examples) == {"PickCube", "PegInsert", "PickCubeSO101"}
+    assert {p.name for p in examples.values()} == {"pick_cube_franka.yaml", "peg_insert_franka.yaml",
+                                                   "pick_cube_so101.yaml"}
     assert all(p.parent == Path(robot_rl.__file__).parent / "tasks" for p in examples.values())
     setup = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "robot_rl.tasks" in setup["packages"] and setup["package-data"]["robot_rl.tasks"] == ["*.yaml"]
+
+
+def test_the_so101_example_loads_with_its_six_joints_and_webcams():
+    from robot_rl.sim import so101_description
+
+    task = load_task_file(example_task_files()["PickCubeSO101"])
+    assert task.robot == "so101" and np.allclose(task.home_joints, so101_description.HOME)
+    assert task.camera("front").source == "/dev/video0" and task.camera("wrist").serial == ""
+    assert task.start.position == (0.2, 0.0, 0.1) and task.control_limits() == ControlLimits(control_hz=10.0)
 
 
 @pytest.mark.parametrize("name", ["PickCube", "PegInsert"])
@@ -105,8 +115,9 @@ BAD = [
     (drop("start", "position"), r"start.position: missing \(required\)"),
     (drop("cameras", 1, "name"), r"cameras\[1\].name: missing \(required\)"),
     # robot
-    (put("ur5", "robot"), r"robot: 'ur5' has no driver that reads task files; the only robot accepted for now is "
-                          r"'franka'"),
+    (put("ur5", "robot"), r"robot: 'ur5' has no driver that reads task files; the robots accepted are "
+                          r"'franka', 'so101'"),
+    (put("so101", "robot"), r"home_joints: expected 6 numbers, got 7"),  # an SO-101 has 5 joints and its gripper
     # types and lengths
     (put([0.3, -0.25], "workspace", "low"), r"workspace.low: expected 3 numbers, got 2"),
     (put("0.3 -0.25 0.01", "workspace", "low"), r"workspace.low: expected 3 numbers, got str '0.3 -0.25 0.01'"),

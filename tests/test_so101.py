@@ -267,3 +267,98 @@ def test_a_corrupt_reply_now_and_then_is_retried_not_a_fault(bus):
         assert arm.fault is None  # the servo answers again: the fault clears; the arm moves on its next command
     finally:
         arm.close()
+
+
+# ------------------------------------------------------------------ the arm node over ROS 2
+@pytest.mark.ros
+def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(tmp_path):
+    """arm_node backend:=so101 on the simulated arm (its own process, on a pty): the task file's
+    start pose, a velocity command moving the TCP, the gripper closing; then a servo that stops
+    answering: the arm holds, ``arm/status`` says which servo in one line, and the node stays up."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("rclpy")
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32, String
+
+    from robot_rl.cell import example_task_files
+    from robot_rl.contract import ControlLimits
+    from robot_rl.drivers import messages as msgs
+    from robot_rl.drivers import topics
+    from tests.helpers.ros import Probe, free_domain_id, node_process
+
+    link, calibration = tmp_path / "so101", tmp_path / "so101_calibration.json"
+    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.so101_sim", "--link", str(link),
+                            "--calibration-out", str(calibration)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert sim.stdout.readline().strip()  # the port: the arm is up
+        params = {"backend": "so101", "port": str(link), "calibration": str(calibration), "latency_timer_ms": 100.0,
+                  "task_file": str(example_task_files()["PickCubeSO101"]), "priority": "normal"}
+        domain = free_domain_id()
+        with node_process("robot_rl.drivers.arm_node", params, domain, tmp_path) as arm:
+            probe = Probe(domain)
+            try:
+                poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
+                grip = probe.subscribe(JointState, topics.GRIPPER_STATE, topics.qos_sensor(50))
+                status = probe.subscribe(String, topics.ARM_STATUS, topics.qos_latched())
+                report = lambda: json.loads(status[-1][1].data) if status else {}  # noqa: E731
+                probe.spin_until(lambda: len(poses) > 3 and report(), 120, "the so101 arm's state and status")
+                assert report()["backend"]["backend"] == "so101" and report()["backend"]["fault"] is None
+                start = poses[-1][1].pose.position
+                assert abs(start.x - 0.2) < 0.025 and abs(start.y) < 0.025 and abs(start.z - 0.1) < 0.005
+                velocity = probe.node.create_publisher(TwistStamped, topics.VELOCITY_COMMAND, 10)
+                gripper = probe.node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
+                limits = ControlLimits()
+                left = msgs.delta_to_twist(np.array([0, 0.8, 0, 0, 0, 0]), 0, limits.max_translation_m,
+                                           limits.max_rotation_rad, 10)
+                probe.spin_until(lambda: poses[-1][1].pose.position.y > start.y + 0.04, 60, "the TCP 4 cm left",
+                                 between=lambda: (velocity.publish(left), gripper.publish(Float32(data=1.0))))
+                width = grip[0][1].position[0]
+                probe.spin_until(lambda: grip[-1][1].position[0] < width - 0.02, 60, "the gripper to close")
+                sim.stdin.write("silence 3\n")
+                sim.stdin.flush()
+                assert sim.stdout.readline().strip() == "ok silence 3"
+                probe.spin_until(lambda: (report().get("backend") or {}).get("fault"), 60, "the fault in arm/status",
+                                 between=lambda: velocity.publish(left))
+                fault = report()["backend"]["fault"]
+                assert fault["kind"] == "servo" and fault["message"].startswith("servo 3 (elbow_flex) does not answer")
+                log = (tmp_path / "arm_node.log").read_text()
+                assert log.count("does not answer") == 1 and arm.poll() is None
+            finally:
+                probe.close()
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("change, says", [
+    ({"port": "/dev/ttyACM9"}, "serial port /dev/ttyACM9 does not exist"),
+    ({"calibration": "OTHER_ARM"}, "motors ['waist'] are not an SO-101's"),
+    ({"task_file": ""}, "arm backend so101 needs an SO-101 task file (robot: so101)"),
+    ({"port": ""}, "arm backend so101 needs port"),
+])
+def test_the_arm_node_refuses_a_bad_so101_setup_in_one_line_before_the_arm_moves(tmp_path, change, says):
+    import subprocess
+    import sys
+
+    from robot_rl.cell import example_task_files
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    other = tmp_path / "koch.json"
+    other.write_text(json.dumps(lerobot_calibration(waist=lerobot_calibration().pop("shoulder_pan"))))
+    good = tmp_path / "so101.json"
+    good.write_text(json.dumps(lerobot_calibration()))
+    params = {"backend": "so101", "port": "/dev/ttyACM9", "calibration": str(good),
+              "task_file": str(example_task_files()["PickCubeSO101"]), "priority": "normal", **change}
+    if params["calibration"] == "OTHER_ARM":
+        params["calibration"] = str(other)
+    args = sum((["-p", f"{k}:={v}"] for k, v in params.items() if v != ""), [])
+    out = subprocess.run([sys.executable, "-m", "robot_rl.drivers.arm_node", "--ros-args", *args],
+                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("arm_node: error: ") and says in last and "Traceback" not in out.stderr, out.stderr[-1500:]
