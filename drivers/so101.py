@@ -621,3 +621,55 @@ class So101Arm:
 
     def close(self) -> None:
         self.bus.close()
+
+
+# ---------------------------------------------------------------------------- calibration
+HALF_TURN = 2047  # LeRobot's: a servo reads this at the middle of its range once calibrated
+
+
+def calibrate(port: str, prompt: Callable[[str], threading.Event], latency_timer_ms: float = 16.0,
+              ids=(1, 2, 3, 4, 5, 6)) -> So101Calibration:
+    """An SO-101's calibration, as LeRobot makes one: the torque off, the user puts the arm in the
+    middle of its range (``prompt`` returns an event set when they have: the CLI's Enter), which
+    sets each servo's homing offset (it then reads HALF_TURN there); then the user moves every
+    joint through its whole range while the positions are read, whose extremes are the ranges.
+    The homing offsets are written to the servos; the caller writes the file."""
+    bus = So101Bus(port, list(ids), latency_timer_ms=latency_timer_ms)
+    try:
+        bus.write("Torque_Enable", [0] * len(ids))
+        bus.write("Lock", [0] * len(ids))
+        bus.write("Homing_Offset", [0] * len(ids))
+        prompt("Move the arm to the middle of its range (every joint halfway between its limits, the gripper "
+               "half open), then press Enter").wait()
+        raw = _read_positions(bus)
+        offsets = [int(r) - HALF_TURN for r in raw]
+        bus.write("Homing_Offset", offsets)
+        done = prompt("Move every joint through its whole range, slowly, then press Enter")
+        low, high = np.full(len(ids), np.inf), np.full(len(ids), -np.inf)
+        reads = 0
+        while not done.is_set() or reads == 0:
+            ticks = _read_positions(bus)
+            low, high = np.minimum(low, ticks), np.maximum(high, ticks)
+            reads += 1
+        ticks = _read_positions(bus)
+        low, high = np.minimum(low, ticks), np.maximum(high, ticks)
+        bus.write("Lock", [1] * len(ids))
+    finally:
+        bus.close()
+    narrow = [JOINTS[i] for i in range(len(ids)) if high[i] - low[i] < 100]
+    if narrow:
+        raise So101Error(f"joints {narrow} hardly moved during the sweep (under 100 ticks, 9 degrees): move each "
+                         "joint from one end of its range to the other, then calibrate again")
+    return So101Calibration({name: MotorCalibration(id=int(ids[i]), drive_mode=0, homing_offset=offsets[i],
+                                                    range_min=int(low[i]), range_max=int(high[i]))
+                             for i, name in enumerate(JOINTS)})
+
+
+def _read_positions(bus: So101Bus) -> np.ndarray:
+    for attempt in range(RETRIES + 1):
+        try:
+            return bus.read_state()[0]
+        except BusError as e:
+            if attempt == RETRIES:
+                raise So101Error(f"{bus.port_name}: reading the servos' positions failed: {e}") from None
+    raise AssertionError("unreachable")

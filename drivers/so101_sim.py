@@ -63,6 +63,9 @@ class SimulatedSo101Bus:
         self.overloaded: set[int] = set()
         self.hot: set[int] = set()
         self.corrupt_left = 0
+        self.hand: np.ndarray | None = None  # joints a hand holds the arm at (None: physics alone)
+        self.refreshed = threading.Condition(self.lock)
+        self.refreshes = 0
         self.counts = {"packets": 0, "replies": 0, "corrupt_in": 0}
         for sid in IDS:
             self._put(sid, "Model_Number", ft.STS3215_MODEL)
@@ -174,6 +177,28 @@ class SimulatedSo101Bus:
             (self.hot.add if on else self.hot.discard)(sid)
             self._refresh_present()
 
+    def hold_by_hand(self, joints) -> None:
+        """A hand holds the arm at ``joints`` (None: lets go), as a user moves a limp arm while
+        calibrating it; returns once the registers show the pose."""
+        with self.lock:
+            self.hand = None if joints is None else np.asarray(joints, np.float64)
+            if self.hand is not None:
+                self.physics.hold(self.hand)
+                self._refresh_present()
+
+    def wait_read(self, replies: int, timeout_s: float = 10.0) -> bool:
+        """Wait until ``replies`` more status packets have been sent (the arm's state read by
+        whoever drives the bus; a failsafe timeout only)."""
+        with self.refreshed:
+            target = self.counts["replies"] + replies
+            return self.refreshed.wait_for(lambda: self.counts["replies"] >= target or self.stopped.is_set(), timeout_s)
+
+    def wait_refreshed(self, count: int = 2, timeout_s: float = 5.0) -> bool:
+        """Wait for ``count`` more physics steps' registers (a failsafe timeout only)."""
+        with self.refreshed:
+            target = self.refreshes + count
+            return self.refreshed.wait_for(lambda: self.refreshes >= target or self.stopped.is_set(), timeout_s)
+
     def unplug(self) -> None:
         """The USB cable pulled: the pty closes under the SDK."""
         self.unplugged.set()
@@ -247,6 +272,7 @@ class SimulatedSo101Bus:
                     if packet.code in (ft.WRITE, ft.SYNC_WRITE):  # a new homing offset shows at once
                         self._refresh_present()
                 self.counts["corrupt_in"] = reader.corrupt
+                self.refreshed.notify_all()
             out = b"".join(replies)
             if out:
                 try:
@@ -262,8 +288,13 @@ class SimulatedSo101Bus:
                 self._apply_goals()
                 behind = min(time.monotonic() - due, 0.05)
                 steps = max(1, int(behind / PHYSICS_DT_S))
-                self.physics.step(steps * PHYSICS_DT_S)
+                if self.hand is not None:
+                    self.physics.hold(self.hand)
+                else:
+                    self.physics.step(steps * PHYSICS_DT_S)
                 self._refresh_present()
+                self.refreshes += 1
+                self.refreshed.notify_all()
             due += steps * PHYSICS_DT_S
             self.stopped.wait(max(0.0, due - time.monotonic()))
 
@@ -290,16 +321,33 @@ class SimulatedSo101Bus:
         self.physics.close()
 
 
-COMMANDS = ("silence", "answer", "corrupt", "overload", "overheat", "cool", "unplug")
+COMMANDS = ("silence", "answer", "corrupt", "overload", "overheat", "cool", "unplug", "hand", "release")
 
 
 def control(bus: SimulatedSo101Bus, line: str) -> str:
     """One fault command from the process's stdin: ``silence ID``, ``answer ID`` (the servo answers
     again), ``corrupt N`` (the next N replies), ``overload ID``, ``overheat ID``, ``cool ID``,
-    ``unplug``. Returns what it did, or why not."""
+    ``unplug``; and a hand on the arm: ``hand Q1 .. Q6 [READS]`` (the joints held there, radians,
+    as a user moves a limp arm while calibrating it; with READS, the reply waits until the servos'
+    state has been read that many times), ``release``. Returns what it did, or why not."""
     words = line.split()
     if not words or words[0] not in COMMANDS:
         return f"error: commands are {', '.join(COMMANDS)}"
+    if words[0] in ("hand", "release"):
+        try:
+            joints = None if words[0] == "release" else [float(w) for w in words[1:]]
+        except ValueError:
+            return "error: hand takes 6 joint angles (radians)"
+        reads = 0
+        if joints is not None and len(joints) == len(JOINTS) + 1:
+            reads = int(joints.pop())
+        if joints is not None and len(joints) != len(JOINTS):
+            return "error: hand takes 6 joint angles (radians), then optionally how many reads to hold them for"
+        bus.hold_by_hand(joints)
+        bus.wait_refreshed(2)
+        if reads:
+            bus.wait_read(reads * len(IDS))  # held until the arm's state has been read that many times
+        return f"ok {line.strip()}"
     try:
         arg = int(words[1]) if len(words) > 1 else None
     except ValueError:

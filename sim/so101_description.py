@@ -451,6 +451,16 @@ class So101Sim:
             raise ValueError(f"expected 6 joint targets, got shape {targets.shape}")
         self._targets = np.clip(targets, LIMITS_LOW, LIMITS_HIGH)
 
+    def hold(self, joints) -> None:
+        """The joints put at ``joints`` and held there, at rest (a hand moving a limp arm: the
+        calibration's poses); the cube, if any, simulated on. The servos' commands follow."""
+        joints = np.clip(np.asarray(joints, dtype=float).ravel(), LIMITS_LOW, LIMITS_HIGH)
+        self.data.qpos[self._qpos] = joints
+        self.data.qvel[self._dof] = 0.0
+        self._command, self._targets = joints.copy(), joints.copy()
+        self.data.ctrl[self._act] = joints
+        mujoco.mj_forward(self.model, self.data)
+
     def set_torque_enabled(self, enabled) -> None:
         """Servos whose torque is off go limp (an STS3215 with Torque_Enable 0, or after its
         overload protection): no force; their command follows the joint, so a servo whose torque

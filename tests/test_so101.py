@@ -151,13 +151,14 @@ HOME_QUAT = (0.0, 1.0, 0.0, 0.0)
 START = (0.15, -0.05, 0.1)  # a corner of the 10 cm square in front of the arm
 
 
-def so101_arm(bus, **settings):
+def so101_arm(bus, calibration=None, **settings):
     from robot_rl.contract import SafetyBox
     from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
 
     box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2), max_rotation_rad=(0.3, 0.3, 1.0))
     settings.setdefault("latency_timer_ms", 100.0)  # the simulated bus shares a loaded machine's cores
-    return So101Arm(So101Settings(port=bus.port, **settings), So101Calibration.from_dict(bus.calibration()), box,
+    return So101Arm(So101Settings(port=bus.port, **settings), calibration or So101Calibration.from_dict(bus.calibration()),
+                    box,
                     lambda rng: (START, HOME_QUAT))
 
 
@@ -362,3 +363,131 @@ def test_the_arm_node_refuses_a_bad_so101_setup_in_one_line_before_the_arm_moves
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("arm_node: error: ") and says in last and "Traceback" not in out.stderr, out.stderr[-1500:]
+
+
+# ------------------------------------------------------------------ calibrating an arm
+def test_calibrating_the_simulated_arm_finds_its_homing_offsets_and_ranges(bus, tmp_path):
+    """``calibrate`` as a user runs it: the arm limp, held at the middle of its range, then swept
+    through its limits by hand; the result reads the model's angles, as the arm's true calibration does."""
+    import threading
+
+    from robot_rl.drivers.so101 import So101Calibration, calibrate
+
+    def hand(poses):
+        def move():
+            for pose in poses:
+                bus.hold_by_hand(pose)
+                bus.wait_read(12)  # held until the calibration has read it twice
+            done.set()
+        done = threading.Event()
+        threading.Thread(target=move, daemon=True).start()
+        return done
+
+    middle = np.zeros(6)
+    middle[5] = np.mean(bus.limits[5])
+    steps = [middle, *[np.where(np.arange(6) == i, bus.limits[:, k], middle) for i in range(6) for k in (0, 1)], middle]
+    prompts = []
+
+    def prompt(message):
+        prompts.append(message)
+        return hand([middle] if len(prompts) == 1 else steps)
+
+    calibration = calibrate(bus.port, prompt, latency_timer_ms=100.0)
+    assert prompts[0].startswith("Move the arm to the middle") and prompts[1].startswith("Move every joint")
+    truth = So101Calibration.from_dict(bus.calibration())
+    for name, motor in calibration.motors.items():
+        true = truth.motors[name]
+        span, true_span = motor.range_max - motor.range_min, true.range_max - true.range_min
+        assert abs(span - true_span) <= 3, (name, motor, true)
+        if name != "gripper":  # the gripper's middle is half open, read as a fraction of its range: only its span
+            assert abs(motor.homing_offset - true.homing_offset) <= 2, (name, motor, true)
+            assert abs(motor.range_min - true.range_min) <= 3, (name, motor, true)
+    path = tmp_path / "so101.json"
+    calibration.write(path)
+    bus.hold_by_hand(None)
+    arm = so101_arm(bus, So101Calibration.load(path))  # its homing offsets written to the servos on connecting
+    try:
+        arm.reset()
+        assert np.abs(arm.joint_state()[1] - bus.physics.joint_positions()).max() < 0.01
+    finally:
+        arm.close()
+
+
+def test_a_sweep_that_leaves_a_joint_still_is_refused(bus):
+    from robot_rl.drivers.so101 import So101Error, calibrate
+
+    import threading
+
+    def prompt(message):
+        done = threading.Event()
+        bus.hold_by_hand(np.r_[np.zeros(5), 0.8])
+        bus.wait_refreshed(2)
+        done.set()
+        return done
+
+    with pytest.raises(So101Error, match=r"joints \['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', "
+                                         r"'wrist_roll', 'gripper'\] hardly moved during the sweep"):
+        calibrate(bus.port, prompt, latency_timer_ms=100.0)
+
+
+def test_robot_rl_arm_calibrate_walks_a_user_through_and_writes_lerobots_file(tmp_path):
+    """The command against the simulated arm in its own process: at each prompt the 'user' moves
+    the arm (the simulator's hand command) and presses Enter; the file it writes drives the arm."""
+    import subprocess
+    import sys
+
+    from robot_rl.drivers.so101 import So101Calibration
+
+    link, out = tmp_path / "so101", tmp_path / "so101_follower.json"
+    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.so101_sim", "--link", str(link)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        sim.stdout.readline()
+
+        def hand(joints, reads=0):
+            sim.stdin.write("hand " + " ".join(f"{q:.4f}" for q in joints) + f" {reads}\n")
+            sim.stdin.flush()
+            assert sim.stdout.readline().startswith("ok hand")
+
+        from robot_rl.sim.so101_description import LIMITS_HIGH, LIMITS_LOW
+
+        middle = np.r_[np.zeros(5), (LIMITS_LOW[5] + LIMITS_HIGH[5]) / 2]
+        cli = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", "arm", "calibrate", "--backend", "so101",
+                                "--port", str(link), "--out", str(out), "--latency-timer-ms", "100"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert cli.stdout.readline().startswith("Move the arm to the middle of its range")
+            hand(middle)
+            cli.stdin.write("\n")
+            cli.stdin.flush()
+            assert cli.stdout.readline().startswith("Move every joint through its whole range")
+            for i in range(6):
+                for limit in (LIMITS_LOW, LIMITS_HIGH):
+                    hand(np.where(np.arange(6) == i, limit, middle), reads=2)  # held while the command reads it
+            cli.stdin.write("\n")
+            cli.stdin.flush()
+            rest, err = cli.communicate(timeout=60)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert cli.returncode == 0, err
+        assert f"wrote {out}" in rest and "shoulder_pan" in rest
+        calibration = So101Calibration.load(out)
+        spans = np.array([m.range_max - m.range_min for m in calibration.motors.values()])
+        np.testing.assert_allclose(spans, (LIMITS_HIGH - LIMITS_LOW) * 4096 / (2 * np.pi), atol=4)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--port", "/dev/ttyACM9", "--out", "OUT"], "serial port /dev/ttyACM9 does not exist"),
+    (["--port", "/dev/ttyACM9", "--out", "/no/such/folder/c.json"], "--out /no/such/folder/c.json: no folder"),
+])
+def test_robot_rl_arm_calibrate_refuses_bad_input_in_one_line(tmp_path, capsys, args, says):
+    from robot_rl.commands.cli import main
+
+    args = [str(tmp_path / "c.json") if a == "OUT" else a for a in args]
+    assert main(["arm", "calibrate", "--backend", "so101", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("robot-rl: error: ") and says in err and "\n" not in err

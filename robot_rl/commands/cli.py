@@ -484,11 +484,12 @@ def add_bench(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Human-in-the-loop RL for robot arms, with a sim twin.")
     sub = parser.add_subparsers(dest="command", required=True)
+    from robot_rl.commands.arm import add_arm
     from robot_rl.commands.data import add_data
     from robot_rl.commands.task import add_task
 
     for add in (add_sim, add_main, add_train, add_record, add_data, add_classifier, add_encoder, add_report, add_eval,
-                add_launch, add_session, add_task, add_bench):
+                add_launch, add_session, add_task, add_arm, add_bench):
         add(sub)
     return parser
 

@@ -24,8 +24,8 @@ def summary(task) -> str:
     ]
     for cam in task.cameras:
         crop = "no crop" if cam.crop is None else "crop top, left, height, width " + nums(cam.crop)
-        lines.append(f"  camera {cam.name:<6s} serial {cam.serial or '(the first found)'}, {crop}, published "
-                     f"{cam.resize[0]}x{cam.resize[1]}")
+        device = f"source {cam.source} (OpenCV)" if cam.source else f"serial {cam.serial or '(the first found)'}"
+        lines.append(f"  camera {cam.name:<6s} {device}, {crop}, published {cam.resize[0]}x{cam.resize[1]}")
     if task.classifier is None:
         lines.append("  classifier    none: give the train stack reward_classifier:=DIR")
     else:
