@@ -623,6 +623,14 @@ class So101Arm:
         self.bus.close()
 
 
+def contract_yaw(quat_wxyz) -> float:
+    """The yaw (about the vertical, the kinematic model's convention) of a contract TCP orientation."""
+    from robot_rl.geometry import quat_to_matrix
+    from robot_rl.sim import so101_description as model
+
+    return model.tcp_yaw(quat_to_matrix(np.asarray(quat_wxyz, np.float64)) @ TCP_TO_CONTRACT.T)
+
+
 # ---------------------------------------------------------------------------- calibration
 HALF_TURN = 2047  # LeRobot's: a servo reads this at the middle of its range once calibrated
 

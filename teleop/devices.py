@@ -10,6 +10,10 @@ events its buttons send.
   success, Back failure, Y reset, X pause.
 - ``KeyboardDevice``: the keys held in the operator console (W/S x, A/D y, R/F z, Q/E yaw,
   C close, V open).
+- ``So101Leader``: the SO-101 leader arm (the same servos, torque off, moved by hand) on its own
+  serial bus: its joints through the SO-101's kinematics give a TCP; when it starts moving the
+  follower is anchored to it, and the action takes the follower along the leader's path (its
+  position and yaw); its gripper closed closes the follower's. Moving it intervenes.
 
 Every device applies a dead zone (readings below it are 0, the rest rescaled so the output
 starts from 0) and per-part scales, then clips to [-1, 1]. A device that is absent or
@@ -20,6 +24,7 @@ and go on without the device.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -259,12 +264,105 @@ class KeyboardDevice:
         pass
 
 
-def open_device(name: str, mapping: Mapping | None = None):
-    """A device by name: spacemouse, gamepad, keyboard. Raises DeviceUnavailable."""
+# ---- the SO-101 leader arm ---------------------------------------------------------------
+class So101Leader:
+    """The SO-101 leader arm on ``port`` with its ``calibration`` file (LeRobot's leader format:
+    the same six motors). Each ``read`` reads its joints (torque stays off: it is moved by hand)
+    and puts its TCP through the SO-101's kinematics. ``follower()`` (the follower's TCP position
+    and yaw now, or None) makes it a position device: when the leader starts moving, the
+    follower's pose is anchored to the leader's, and from then on the action takes the follower
+    to the leader's pose plus that offset (fractions of ``limits``' per-step bounds, clipped),
+    whatever the rate it is read at. Without a follower it is a velocity device: the leader's TCP
+    velocity over one control period. Its gripper closed past a quarter is a close command, open
+    past half an open one. ``active`` while it moves (over ``moving_m`` since the last reading)
+    and for ``hold_readings`` readings after, so a still hand does not hand the arm back at once."""
+
+    name = "so101_leader"
+
+    def __init__(self, port: str, calibration: str, latency_timer_ms: float = 16.0, limits=None,
+                 follower=None, moving_m: float = 0.002, hold_readings: int = 25):
+        from robot_rl.contract import ControlLimits
+        from robot_rl.drivers.so101 import JOINTS, So101Bus, So101Calibration, So101Error
+        from robot_rl.sim import so101_description as model
+
+        if not port or not calibration:
+            raise InputError("the so101_leader device needs leader_port (its bus's serial port) and "
+                             "leader_calibration (its calibration file: robot-rl arm calibrate writes one)")
+        self.model, self.limits, self.follower = model, limits or ControlLimits(), follower
+        self.calibration = So101Calibration.load(calibration)
+        self.joint_limits = np.array([model.LIMITS[n] for n in JOINTS])
+        try:
+            self.bus = So101Bus(port, self.calibration.ids, latency_timer_ms=latency_timer_ms)
+        except So101Error as e:
+            raise DeviceUnavailable(f"the SO-101 leader arm: {e}") from e
+        self.moving_m, self.hold_readings = moving_m, hold_readings
+        motors = [self.calibration.motors[n] for n in JOINTS]
+        self.bus.write("Torque_Enable", [0] * len(JOINTS))  # moved by hand
+        self.bus.write("Lock", [0] * len(JOINTS))
+        self.bus.write("Homing_Offset", [m.homing_offset for m in motors])
+        self.bus.write("Lock", [1] * len(JOINTS))
+        self.last: tuple[np.ndarray, float, float] | None = None  # position, yaw, time
+        self.quiet = hold_readings
+        self.anchor: tuple[np.ndarray, float] | None = None  # follower - leader, when the takeover began
+
+    def joints(self) -> np.ndarray:
+        from robot_rl.drivers.so101 import BusError
+
+        try:
+            ticks = self.bus.read_state()[0]
+        except (BusError, OSError) as e:
+            raise DeviceUnavailable(f"the SO-101 leader arm stopped answering ({e}): was it unplugged?") from e
+        return self.calibration.to_radians(ticks, self.joint_limits)
+
+    def read(self) -> TeleopInput:
+        q = self.joints()
+        pos, rot = self.model.forward_kinematics(q)
+        yaw, now = self.model.tcp_yaw(rot), time.monotonic()
+        action = np.zeros(7)
+        was_active = self.quiet < self.hold_readings
+        if self.last is not None:
+            moved = np.linalg.norm(pos - self.last[0]) > self.moving_m
+            self.quiet = 0 if moved else self.quiet + 1
+        active = self.quiet < self.hold_readings
+        follower = self.follower() if self.follower is not None else None
+        step_m, step_rad = self.limits.max_translation_m, self.limits.max_rotation_rad
+        if active and follower is not None:
+            if not was_active or self.anchor is None:  # a takeover begins: the follower's pose is anchored to the
+                still = self.last if self.last is not None else (pos, yaw)  # leader's before it moved
+                self.anchor = (follower[0] - still[0], follower[1] - still[1])
+            target, target_yaw = pos + self.anchor[0], yaw + self.anchor[1]
+            action[:3] = np.clip((target - follower[0]) / step_m, -1.0, 1.0)
+            action[5] = np.clip(_wrap(target_yaw - follower[1]) / step_rad, -1.0, 1.0)
+        elif active and self.last is not None:  # no follower: the leader's velocity over one control period
+            per_period = (1.0 / self.limits.control_hz) / max(now - self.last[2], 1e-3)
+            action[:3] = np.clip((pos - self.last[0]) * per_period / step_m, -1.0, 1.0)
+            action[5] = np.clip(_wrap(yaw - self.last[1]) * per_period / step_rad, -1.0, 1.0)
+        if not active:
+            self.anchor = None
+        low, high = self.joint_limits[5]
+        opening = (q[5] - low) / (high - low)
+        action[6] = 1.0 if opening < 0.25 else -1.0 if opening > 0.5 else 0.0
+        self.last = (pos, yaw, now)
+        return TeleopInput(action.astype(np.float32), active)
+
+    def close(self) -> None:
+        self.bus.close()
+
+
+def _wrap(angle: float) -> float:
+    return float(np.angle(np.exp(1j * angle)))
+
+
+def open_device(name: str, mapping: Mapping | None = None, **options):
+    """A device by name: spacemouse, gamepad, keyboard, so101_leader (``options``: its
+    ``port``, ``calibration``, ``latency_timer_ms``, ``follower``). Raises DeviceUnavailable."""
     if name == "spacemouse":
         return SpaceMouse(mapping)
     if name == "gamepad":
         return Gamepad(mapping)
     if name == "keyboard":
         return KeyboardDevice(mapping or Mapping(dead_zone=0.0))
-    raise InputError(f"unknown teleop device {name!r}; available: spacemouse, gamepad, keyboard")
+    if name == "so101_leader":
+        return So101Leader(options.get("port", ""), options.get("calibration", ""),
+                           options.get("latency_timer_ms", 16.0), follower=options.get("follower"))
+    raise InputError(f"unknown teleop device {name!r}; available: spacemouse, gamepad, keyboard, so101_leader")

@@ -1,6 +1,7 @@
 """``teleop_node``: the human in the loop over ROS 2.
 
-Reads the operator's devices (``devices``: spacemouse, gamepad; an absent one is reported once
+Reads the operator's devices (``devices``: spacemouse, gamepad, so101_leader, the SO-101 leader
+arm on ``leader_port`` with ``leader_calibration``, anchored to the arm's ``arm/tcp_pose``; an absent one is reported once
 and the session goes on without it), the operator console's keyboard and buttons (``console``),
 and in sim optionally a simulated human (``simulated_human`` > 0: its eagerness). Publishes at
 ``rate_hz`` and at once on every console input:
@@ -45,7 +46,10 @@ from robot_rl.teleop.intervention import InterventionSwitch
 
 @dataclass
 class TeleopNodeConfig:
-    devices: tuple[str, ...] = ("spacemouse",)  # spacemouse, gamepad ([] for none)
+    devices: tuple[str, ...] = ("spacemouse",)  # spacemouse, gamepad, so101_leader ([] for none)
+    leader_port: str = ""  # so101_leader: the leader arm's serial port (e.g. /dev/ttyACM1)
+    leader_calibration: str = ""  # so101_leader: its calibration file (robot-rl arm calibrate)
+    leader_latency_timer_ms: float = 16.0
     mode: str = "hold"  # hold: intervening while on the controls; toggle: the intervene button toggles
     rate_hz: float = 50.0
     dead_zone: float = 0.1
@@ -131,9 +135,11 @@ class TeleopNode(Node):
             check_expert(cfg.task, "the simulated human (simulated_human > 0)")
         self.switch = InterventionSwitch(cfg.mode)
         self.inputs: list = []
+        follower = self._follower_pose() if "so101_leader" in cfg.devices else None
         for name in cfg.devices:
             try:
-                self.inputs.append(open_device(name, mapping))
+                self.inputs.append(open_device(name, mapping, port=cfg.leader_port, calibration=cfg.leader_calibration,
+                                               latency_timer_ms=cfg.leader_latency_timer_ms, follower=follower))
                 self.get_logger().info(f"teleop device {name} ready")
             except DeviceUnavailable as e:
                 self.get_logger().error(f"{name}: {e}; going on without it")
@@ -171,6 +177,22 @@ class TeleopNode(Node):
             print(f"operator console: {url}", flush=True)  # the operator's terminal, not /rosout
 
     # ---- inputs -> topics --------------------------------------------------------------
+    def _follower_pose(self):
+        """The arm's newest TCP position and yaw (from ``arm/tcp_pose``), for a leader arm that
+        anchors the follower to itself; None before the first pose."""
+        from geometry_msgs.msg import PoseStamped
+
+        from robot_rl.drivers.so101 import contract_yaw
+
+        latest: list = []
+
+        def on_pose(msg):
+            p, o = msg.pose.position, msg.pose.orientation
+            latest[:] = [(np.array([p.x, p.y, p.z]), contract_yaw([o.w, o.x, o.y, o.z]))]
+
+        self.create_subscription(PoseStamped, topics.TCP_POSE, on_pose, topics.qos_sensor())
+        return lambda: latest[0] if latest else None
+
     def tick(self) -> None:
         self.publish_decision()
         self.pub_heartbeat.publish(Empty())

@@ -491,3 +491,72 @@ def test_robot_rl_arm_calibrate_refuses_bad_input_in_one_line(tmp_path, capsys, 
     assert main(["arm", "calibrate", "--backend", "so101", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("robot-rl: error: ") and says in err and "\n" not in err
+
+
+# ------------------------------------------------------------------ the leader arm
+def test_the_leader_arm_drives_the_follower_through_the_same_kinematics(tmp_path):
+    """Two simulated SO-101s: a leader moved by hand (its own bus, torque off) and a follower (the
+    backend). Each control period the leader's device reading is the follower's action: the
+    follower's TCP follows the leader's path, the gripper closes when the leader's does."""
+    import threading
+
+    from robot_rl.contract import STATE_SLICES
+    from robot_rl.drivers.so101 import contract_yaw
+    from robot_rl.drivers.so101_sim import SimulatedSo101Bus
+    from robot_rl.sim import so101_description as model
+    from robot_rl.teleop.devices import open_device
+
+    with SimulatedSo101Bus() as leader_bus, SimulatedSo101Bus() as follower_bus:
+        path = tmp_path / "leader.json"
+        path.write_text(json.dumps(leader_bus.calibration()))
+        pose = model.HOME.copy()
+        leader_bus.hold_by_hand(pose)
+        follower = so101_arm(follower_bus)
+        def follower_pose():
+            state = follower.state()
+            return state[STATE_SLICES["tcp_pos"]].astype(float), contract_yaw(state[STATE_SLICES["tcp_quat"]])
+
+        leader = open_device("so101_leader", port=leader_bus.port, calibration=str(path), latency_timer_ms=100.0,
+                             follower=follower_pose)
+        period = threading.Event()
+        try:
+            start = follower.reset()[STATE_SLICES["tcp_pos"]].astype(float)
+            assert leader.read().active is False  # a leader held still: the policy drives
+            leader_start = model.forward_kinematics(pose)[0]
+            solver = follower  # the leader's hand path: joint poses whose TCP moves 8 cm left, then 5 cm down
+            targets = [leader_start + [0, 0.01 * k, 0] for k in range(1, 9)] + \
+                      [leader_start + [0, 0.08, -0.01 * k] for k in range(1, 6)]
+            closing = False
+            for k, target in enumerate(targets):
+                pose, _ = solver.solve(target, 0.0, pose)
+                if k == len(targets) - 1:
+                    pose[5], closing = model.LIMITS_LOW[5], True
+                leader_bus.hold_by_hand(pose)
+                leader_bus.wait_refreshed(2)
+                period.wait(0.1)  # a control period: the arm node applies the newest reading at its tick
+                reading = leader.read()
+                assert reading.active
+                follower.apply(reading.action)
+            for _ in range(5):  # the leader held still at its last pose: the follower catches up
+                period.wait(0.1)
+                reading = leader.read()
+                follower.apply(reading.action)
+            assert reading.active and reading.action[6] == 1.0 and closing
+            moved_leader = model.forward_kinematics(pose)[0] - leader_start
+            moved_follower = settle(follower)[STATE_SLICES["tcp_pos"]] - start
+            assert np.linalg.norm(moved_follower - moved_leader) < 0.005, (moved_leader, moved_follower)
+            assert follower.status()["gripper_target"] == "close"
+        finally:
+            leader.close()
+            follower.close()
+
+
+def test_a_leader_arm_without_its_port_or_calibration_is_one_line(tmp_path):
+    from robot_rl.teleop.devices import DeviceUnavailable, open_device
+
+    with pytest.raises(InputError, match="the so101_leader device needs leader_port"):
+        open_device("so101_leader")
+    path = tmp_path / "leader.json"
+    path.write_text(json.dumps(lerobot_calibration()))
+    with pytest.raises(DeviceUnavailable, match="the SO-101 leader arm: serial port /dev/ttyACM9 does not exist"):
+        open_device("so101_leader", port="/dev/ttyACM9", calibration=str(path))

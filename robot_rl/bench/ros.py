@@ -36,8 +36,10 @@ from robot_rl.runtime.priority import normal_priority, set_control_priority
 
 from robot_rl import bench
 
-FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300, opencv_s=10.0)
-QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60, opencv_s=2.0)
+FULL = dict(steps=300, pixel_size=64, throughput_s=5.0, weight_pushes=20, franka_periods=300, opencv_s=10.0,
+            so101_periods=300)
+QUICK = dict(steps=40, pixel_size=32, throughput_s=2.0, weight_pushes=5, franka_periods=60, opencv_s=2.0,
+             so101_periods=60)
 THROUGHPUT_IMAGE = 128
 
 
@@ -309,6 +311,9 @@ def run(quick: bool = False, log=print) -> dict:
     from robot_rl.bench import franka
 
     figures.update(franka.run(p["franka_periods"], log))
+    from robot_rl.bench import so101
+
+    figures.update(so101.run(p["so101_periods"], log))
     from robot_rl.bench import opencv_camera
 
     with tempfile.TemporaryDirectory(prefix="bench-ros-opencv-") as tmp:
@@ -324,6 +329,9 @@ def run(quick: bool = False, log=print) -> dict:
         "franka_*: the arm node's command path (supervisor -> FrankaArm -> franky-control) against franky-sim's "
         "libfranka server in its own process on loopback, not over DDS and not on a physical arm; franky-sim may "
         "run slower than real time on a loaded machine",
+        "so101_*: the arm node's command path (supervisor -> So101Arm -> Feetech's SDK) against the simulated "
+        "SO-101 (MuJoCo physics behind a pty speaking the servos' protocol) in its own process, not over DDS and not "
+        "on a physical arm: a pty has no 1 Mbaud byte time; its states are two sync reads of the six servos",
         "opencv_*: camera_node backend:=opencv reading a generated 640x480 MJPG file at 30 fps (a webcam's MJPG), "
         "publishing 64x64 frames to this process over DDS; its stamps are arrival times (OpenCV gives no exposure "
         "stamp), so opencv_frame_to_receipt_ms is the node's resize and publish plus the DDS hop, not the sensor's "
