@@ -44,19 +44,16 @@ from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCom
     state_quat
 from robot_rl.drivers import feetech as ft
 from robot_rl.errors import InputError, UserFacingError
-from robot_rl.geometry import matrix_to_quat, matrix_to_rotvec
+from robot_rl.geometry import matrix_to_quat
+from robot_rl.sim.so101_description import TCP_TO_CONTRACT
 
 log = logging.getLogger("robot_rl.so101")
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 BAUDRATE = 1_000_000
-IK_TOLERANCE_M = 0.002
-# the model's tcp frame (robot_rl/sim/so101_description.py: -y along the fingers, z the jaws'
-# opening direction) -> the contract's TCP frame (z along the fingers, x forward: at home the
-# contract's HOME_QUAT, as the Franka's)
-TCP_TO_CONTRACT = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
-IK_ITERATIONS = 50
+IK_TOLERANCE_M = 0.002  # a target the IK leaves further than this is out of reach
 RETRIES = 2  # a failed bus transaction is tried again this many times before it is a fault
+CONNECT_TRIES = 5  # pings of each servo before it is said not to answer
 
 
 class So101Error(UserFacingError):
@@ -203,7 +200,7 @@ class So101Bus:
             self.close()
             raise So101Error(f"serial port {port} cannot be opened at {BAUDRATE} baud")
         for sid, name in zip(self.ids, self.names):
-            for _ in range(RETRIES + 1):
+            for _ in range(CONNECT_TRIES):
                 self._fresh()
                 model, result, _ = self.packets.ping(self.port, sid)
                 if result == scs.COMM_SUCCESS:
@@ -235,14 +232,15 @@ class So101Bus:
     def _silent(self, group) -> list[int]:
         """After a failed sync read: the servos that do not answer a ping (a sync read stops at the
         first missing reply, so it cannot say which)."""
+        answered = (self.scs.COMM_SUCCESS, self.scs.COMM_RX_CORRUPT)  # a corrupt reply is an answer
         silent = []
         for sid in self.ids:
-            self._fresh()
-            _, result, _ = self.packets.ping(self.port, sid)
-            if result != self.scs.COMM_SUCCESS:
+            for _ in range(RETRIES + 1):  # a reply lost is not a servo lost
                 self._fresh()
-                _, result, _ = self.packets.ping(self.port, sid)  # once more: a reply lost is not a servo lost
-            if result not in (self.scs.COMM_SUCCESS, self.scs.COMM_RX_CORRUPT):  # a corrupt reply is an answer
+                _, result, _ = self.packets.ping(self.port, sid)
+                if result in answered:
+                    break
+            if result not in answered:
                 silent.append(sid)
         return silent
 
@@ -515,39 +513,9 @@ class So101Arm:
         return pos.copy(), self.model.tcp_yaw(rot)
 
     def solve(self, pos: np.ndarray, yaw: float, start: np.ndarray) -> tuple[np.ndarray, float]:
-        """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
-        allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
-        position first and the orientation in what the position leaves free (task priority), from
-        ``start``. Returns them and the position error left (m)."""
-        target_rot = self.model.down_rotation(yaw)
-        q = np.array(start, np.float64)
-        low, high = self.joint_limits[:5, 0], self.joint_limits[:5, 1]
-        eye = np.eye(5)
-        for _ in range(IK_ITERATIONS):
-            p, r = self.model.forward_kinematics(q)
-            e_pos, e_rot = pos - p, matrix_to_rotvec(target_rot @ r.T)
-            if np.linalg.norm(e_pos) < 1e-4 and np.linalg.norm(e_rot) < 1e-3:
-                break
-            jac = self.model.jacobian(q)
-            free = np.ones(5, bool)
-            for _ in range(3):  # a joint at its limit that the step pushes further is left out
-                j = jac * free
-                jp, jo = j[:3], j[3:]
-                jp_pinv = jp.T @ np.linalg.inv(jp @ jp.T + 1e-6 * np.eye(3))
-                step = jp_pinv @ e_pos
-                null = eye - jp_pinv @ jp
-                jo_null = jo @ null
-                step += null @ (jo_null.T @ np.linalg.solve(jo_null @ jo_null.T + 1e-3 * np.eye(3), e_rot - jo @ step))
-                blocked = free & (((q[:5] <= low + 1e-6) & (step < 0)) | ((q[:5] >= high - 1e-6) & (step > 0)))
-                if not blocked.any():
-                    break
-                free &= ~blocked
-            biggest = np.abs(step).max()
-            if biggest > 0.2:  # small steps: the linearisation holds
-                step *= 0.2 / biggest
-            q[:5] = np.clip(q[:5] + step, low, high)
-        p, _ = self.model.forward_kinematics(q)
-        return q, float(np.linalg.norm(pos - p))
+        """``robot_rl.sim.so101_description.solve_ik``: joints for the TCP at ``pos``, pointing down
+        turned ``yaw`` where the joints allow, and the position error left (m)."""
+        return self.model.solve_ik(pos, yaw, start)
 
     def _send(self, goal: np.ndarray) -> None:
         try:

@@ -321,18 +321,31 @@ class SimulatedSo101Bus:
         self.physics.close()
 
 
-COMMANDS = ("silence", "answer", "corrupt", "overload", "overheat", "cool", "unplug", "hand", "release")
+COMMANDS = ("silence", "answer", "corrupt", "overload", "overheat", "cool", "unplug", "hand", "release", "joints",
+            "reads", "tick")
 
 
 def control(bus: SimulatedSo101Bus, line: str) -> str:
     """One fault command from the process's stdin: ``silence ID``, ``answer ID`` (the servo answers
     again), ``corrupt N`` (the next N replies), ``overload ID``, ``overheat ID``, ``cool ID``,
-    ``unplug``; and a hand on the arm: ``hand Q1 .. Q6 [READS]`` (the joints held there, radians,
+    ``unplug``; queries: ``joints`` (the physics' joint angles, JSON), ``tick`` (replies after the
+    physics' next steps), ``reads N`` (after N more reads of the servos' state); and a hand on the arm: ``hand Q1 .. Q6 [READS]`` (the joints held there, radians,
     as a user moves a limp arm while calibrating it; with READS, the reply waits until the servos'
     state has been read that many times), ``release``. Returns what it did, or why not."""
     words = line.split()
     if not words or words[0] not in COMMANDS:
         return f"error: commands are {', '.join(COMMANDS)}"
+    if words[0] == "joints":  # the physics' joint angles now (JSON)
+        import json
+
+        with bus.lock:
+            return json.dumps(bus.physics.joint_positions().tolist())
+    if words[0] == "tick":  # after the physics' next steps
+        bus.wait_refreshed(2)
+        return "ok tick"
+    if words[0] == "reads":  # after N more reads of the six servos' state by whoever drives the bus
+        bus.wait_read(int(words[1]) * len(IDS))
+        return f"ok {line.strip()}"
     if words[0] in ("hand", "release"):
         try:
             joints = None if words[0] == "release" else [float(w) for w in words[1:]]
@@ -391,6 +404,90 @@ def main(argv=None) -> None:
     bus.close()
     bus.physics.close()
     sys.exit(0)
+
+
+class SimulatedSo101Process:
+    """The simulated SO-101 in a process of its own (``python -m robot_rl.drivers.so101_sim``),
+    as a real arm is another device: Feetech's SDK busy-waits for replies, and in the same process
+    it would starve the bus's threads. Its port, its true calibration, and ``control``'s
+    commands as methods."""
+
+    def __init__(self, folder):
+        import json
+        import subprocess
+        from pathlib import Path
+
+        from robot_rl.sim.so101_description import LIMITS_HIGH, LIMITS_LOW
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.link, self.calibration_path = folder / "so101", folder / "so101_calibration.json"
+        self.limits = np.stack([LIMITS_LOW, LIMITS_HIGH], axis=1)
+        self.mount_offsets = np.asarray(MOUNT_OFFSETS, np.int64)
+        self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.so101_sim", "--link", str(self.link),
+                                      "--calibration-out", str(self.calibration_path)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        if not self.proc.stdout.readline().strip():
+            self.close()
+            raise RuntimeError("the simulated SO-101 did not start")
+        self.port = str(self.link)
+        self._json = json
+
+    def command(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline().strip()
+        if reply.startswith("error"):
+            raise ValueError(f"simulated SO-101: {line!r}: {reply}")
+        return reply
+
+    def calibration(self) -> dict:
+        return self._json.loads(self.calibration_path.read_text())
+
+    def joints(self) -> np.ndarray:
+        return np.array(self._json.loads(self.command("joints")))
+
+    def raw_ticks(self, joints: np.ndarray) -> np.ndarray:
+        return (ft.CENTRE_TICK + self.mount_offsets + np.round(np.asarray(joints) * ft.TICKS_PER_RAD)).astype(np.int64)
+
+    def silence(self, sid: int, on: bool = True) -> None:
+        self.command(f"{'silence' if on else 'answer'} {sid}")
+
+    def corrupt(self, replies: int) -> None:
+        self.command(f"corrupt {replies}")
+
+    def overload(self, sid: int) -> None:
+        self.command(f"overload {sid}")
+
+    def overheat(self, sid: int, on: bool = True) -> None:
+        self.command(f"{'overheat' if on else 'cool'} {sid}")
+
+    def unplug(self) -> None:
+        self.command("unplug")
+
+    def hold_by_hand(self, joints, reads: int = 0) -> None:
+        if joints is None:
+            self.command("release")
+        else:
+            self.command("hand " + " ".join(f"{q:.6f}" for q in joints) + f" {reads}")
+
+    def tick(self) -> None:
+        self.command("tick")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - a simulator that will not stop is killed
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ import threading
 import mujoco
 import numpy as np
 
+from robot_rl.geometry import matrix_to_rotvec
+
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 ARM_JOINTS = JOINTS[:5]
 LIMITS: dict[str, tuple[float, float]] = {
@@ -393,6 +395,48 @@ def gripper_width(gripper: float) -> float:
     py = -math.sqrt((pivot[2] - _JAW_TIP_Z) ** 2 - px ** 2)
     q = float(gripper)
     return max(0.0, px * math.cos(q) - py * math.sin(q) - px)
+
+
+# the model's tcp frame (-y along the fingers, z the jaws' opening direction) -> the contract's
+# TCP frame (z along the fingers, x forward: at HOME the contract's HOME_QUAT, as the Franka's)
+TCP_TO_CONTRACT = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+IK_ITERATIONS = 50
+
+
+def solve_ik(pos, yaw: float, start) -> tuple[np.ndarray, float]:
+    """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
+    allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
+    position first and the orientation in what the position leaves free (task priority), from
+    ``start``. Returns them and the position error left (m)."""
+    target_rot = down_rotation(yaw)
+    q = np.array(start, np.float64)
+    low, high = LIMITS_LOW[:5], LIMITS_HIGH[:5]
+    eye = np.eye(5)
+    for _ in range(IK_ITERATIONS):
+        p, r = forward_kinematics(q)
+        e_pos, e_rot = pos - p, matrix_to_rotvec(target_rot @ r.T)
+        if np.linalg.norm(e_pos) < 1e-4 and np.linalg.norm(e_rot) < 1e-3:
+            break
+        jac = jacobian(q)
+        free = np.ones(5, bool)
+        for _ in range(3):  # a joint at its limit that the step pushes further is left out
+            j = jac * free
+            jp, jo = j[:3], j[3:]
+            jp_pinv = jp.T @ np.linalg.inv(jp @ jp.T + 1e-6 * np.eye(3))
+            step = jp_pinv @ e_pos
+            null = eye - jp_pinv @ jp
+            jo_null = jo @ null
+            step += null @ (jo_null.T @ np.linalg.solve(jo_null @ jo_null.T + 1e-3 * np.eye(3), e_rot - jo @ step))
+            blocked = free & (((q[:5] <= low + 1e-6) & (step < 0)) | ((q[:5] >= high - 1e-6) & (step > 0)))
+            if not blocked.any():
+                break
+            free &= ~blocked
+        biggest = np.abs(step).max()
+        if biggest > 0.2:  # small steps: the linearisation holds
+            step *= 0.2 / biggest
+        q[:5] = np.clip(q[:5] + step, low, high)
+    p, _ = forward_kinematics(q)
+    return q, float(np.linalg.norm(pos - p))
 
 
 class So101Sim:
