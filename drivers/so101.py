@@ -40,11 +40,9 @@ from typing import Callable
 
 import numpy as np
 
-from robot_rl.contract import STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command, \
-    state_quat
+from robot_rl.contract import STATE_DIM, ControlLimits, GripperCommand, SafetyBox, gripper_command
 from robot_rl.drivers import feetech as ft
 from robot_rl.errors import InputError, UserFacingError
-from robot_rl.geometry import matrix_to_quat
 from robot_rl.sim.so101_description import TCP_TO_CONTRACT
 
 log = logging.getLogger("robot_rl.so101")
@@ -201,8 +199,7 @@ class So101Bus:
             raise So101Error(f"serial port {port} cannot be opened at {BAUDRATE} baud")
         for sid, name in zip(self.ids, self.names):
             for _ in range(CONNECT_TRIES):
-                self._fresh()
-                model, result, _ = self.packets.ping(self.port, sid)
+                model, result = self._ping(sid)
                 if result == scs.COMM_SUCCESS:
                     break
             if result != scs.COMM_SUCCESS:
@@ -212,6 +209,15 @@ class So101Bus:
             if model != ft.STS3215_MODEL:
                 self.close()
                 raise So101Error(f"servo {sid} ({name}) on {port} is model {model}, not an STS3215 ({ft.STS3215_MODEL})")
+
+    def _ping(self, sid: int) -> tuple[int, int]:
+        """(model number, the SDK's result) of one ping; a reply the SDK misparses is a corrupt one."""
+        self._fresh()
+        try:
+            model, result, _ = self.packets.ping(self.port, sid)
+        except (IndexError, ValueError):
+            return 0, self.scs.COMM_RX_CORRUPT
+        return model, result
 
     def _fresh(self) -> None:
         """Drop bytes a failed transaction left unread (the SDK flushes only its output), so the
@@ -224,7 +230,10 @@ class So101Bus:
         group = scs.GroupSyncRead(self.port, self.packets, address, size)
         for sid in self.ids:
             group.addParam(sid)
-        result = group.txRxPacket()
+        try:
+            result = group.txRxPacket()
+        except (IndexError, ValueError) as e:  # the SDK misparses a torn reply now and then
+            raise BusError(scs.COMM_RX_CORRUPT, f"{type(e).__name__} in the SDK: {e}", []) from None
         if result != scs.COMM_SUCCESS:
             raise BusError(result, self.packets.getTxRxResult(result), self._silent(group))
         return {sid: bytes(group.data_dict[sid]) for sid in self.ids}
@@ -236,8 +245,7 @@ class So101Bus:
         silent = []
         for sid in self.ids:
             for _ in range(RETRIES + 1):  # a reply lost is not a servo lost
-                self._fresh()
-                _, result, _ = self.packets.ping(self.port, sid)
+                _, result = self._ping(sid)
                 if result in answered:
                     break
             if result not in answered:
@@ -395,9 +403,7 @@ class So101Arm:
                 ticks, vel, load = self.bus.read_state()
                 volts, temps, status = self.bus.read_health()
                 break
-            except (BusError, IndexError, ValueError) as e:  # the SDK misparses a torn reply now and then
-                if not isinstance(e, BusError):
-                    e = BusError(self.scs_rx_corrupt(), f"{type(e).__name__} in the SDK: {e}", [])
+            except BusError as e:
                 if attempt < RETRIES:
                     self.counts["retries"] += 1
                     continue
@@ -420,9 +426,6 @@ class So101Arm:
         self._q, self._qd = q, vel / ft.TICKS_PER_RAD
         self._check_health(temps, status, ticks)
         self._state = self._state_vector(q, self._qd, load)
-
-    def scs_rx_corrupt(self) -> int:
-        return self.bus.scs.COMM_RX_CORRUPT
 
     def _check_health(self, temps: np.ndarray, status: np.ndarray, ticks: np.ndarray) -> None:
         for i, name in enumerate(JOINTS):
@@ -452,21 +455,8 @@ class So101Arm:
             log.debug("so101: reconnecting: %s", e)
 
     def _state_vector(self, q: np.ndarray, qd: np.ndarray, load: np.ndarray) -> np.ndarray:
-        pos, rot = self.tcp_pose(q)
-        jac = self.model.jacobian(q)
-        twist = jac @ qd[:5]
-        state = np.zeros(STATE_DIM, np.float32)
-        state[STATE_SLICES["tcp_pos"]] = pos
-        state[STATE_SLICES["tcp_quat"]] = state_quat(matrix_to_quat(rot))
-        state[STATE_SLICES["tcp_linvel"]] = twist[:3]
-        state[STATE_SLICES["tcp_angvel"]] = twist[3:]
-        state[STATE_SLICES["gripper_width"]] = self.model.gripper_width(q[5])
-        # the external wrench, estimated from the servos' loads less what gravity asks of them
-        torque = load[:5] / ft.LOAD_PER_MILLE * self.model.SERVO_STALL_TORQUE_NM - self.model.gravity_torques(q)[:5]
-        wrench = np.linalg.pinv(jac.T) @ torque
-        state[STATE_SLICES["ee_force"]] = wrench[:3]
-        state[STATE_SLICES["ee_torque"]] = wrench[3:]
-        return state
+        """The contract's state from the servos: their loads (per mille of the stall torque) as torques."""
+        return self.model.contract_state(q, qd, load / ft.LOAD_PER_MILLE * self.model.SERVO_STALL_TORQUE_NM)
 
     def tcp_pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The contract's TCP pose (z along the fingers, down at home) at joint angles ``q``."""
@@ -641,11 +631,12 @@ def calibrate(port: str, prompt: Callable[[str], threading.Event], latency_timer
                              for i, name in enumerate(JOINTS)})
 
 
-def _read_positions(bus: So101Bus) -> np.ndarray:
-    for attempt in range(RETRIES + 1):
+def _read_positions(bus: So101Bus, tries: int = 5) -> np.ndarray:
+    """The servos' present positions, a failed read tried again (a person waits at the terminal)."""
+    for attempt in range(tries):
         try:
             return bus.read_state()[0]
         except BusError as e:
-            if attempt == RETRIES:
-                raise So101Error(f"{bus.port_name}: reading the servos' positions failed: {e}") from None
+            if attempt == tries - 1:
+                raise So101Error(f"{bus.port_name}: reading the servos' positions failed {tries} times: {e}") from None
     raise AssertionError("unreachable")

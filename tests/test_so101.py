@@ -467,9 +467,8 @@ def test_robot_rl_arm_calibrate_walks_a_user_through_and_writes_lerobots_file(tm
             for i in range(6):
                 for limit in (LIMITS_LOW, LIMITS_HIGH):
                     hand(np.where(np.arange(6) == i, limit, middle), reads=2)  # held while the command reads it
-            cli.stdin.write("\n")
-            cli.stdin.flush()
-            rest, err = cli.communicate(timeout=60)
+            assert cli.poll() is None, cli.communicate(timeout=10)
+            rest, err = cli.communicate("\n", timeout=60)
         finally:
             if cli.poll() is None:
                 cli.kill()
