@@ -28,3 +28,6 @@ def env_id(task: str) -> str:
 for _name in TASKS:
     if env_id(_name) not in gym.registry:
         gym.register(id=env_id(_name), entry_point="robot_rl.sim.env:PandaCellEnv", kwargs={"task": _name})
+# the SO-101 twin (sim/so101_env.py): PickCube sized for the SO-101, the same contract
+if env_id("PickCubeSO101") not in gym.registry:
+    gym.register(id=env_id("PickCubeSO101"), entry_point="robot_rl.sim.so101_env:So101CellEnv")

@@ -403,6 +403,30 @@ TCP_TO_CONTRACT = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]]
 IK_ITERATIONS = 50
 
 
+def contract_state(joints, velocities, efforts) -> np.ndarray:
+    """The contract's robot state (``robot_rl.contract.STATE_LAYOUT``) of the SO-101 at these
+    joint angles, velocities (rad/s) and servo torques (N.m), 6 each: the TCP's pose in the
+    contract's frame, its twist (the jacobian's), the jaws' gap, and the external wrench
+    estimated from the torques less what gravity asks of them."""
+    from robot_rl.contract import STATE_DIM, STATE_SLICES, state_quat
+    from robot_rl.geometry import matrix_to_quat
+
+    q = np.asarray(joints, np.float64)
+    pos, rot = forward_kinematics(q)
+    jac = jacobian(q)
+    twist = jac @ np.asarray(velocities, np.float64)[:5]
+    state = np.zeros(STATE_DIM, np.float32)
+    state[STATE_SLICES["tcp_pos"]] = pos
+    state[STATE_SLICES["tcp_quat"]] = state_quat(matrix_to_quat(rot @ TCP_TO_CONTRACT))
+    state[STATE_SLICES["tcp_linvel"]] = twist[:3]
+    state[STATE_SLICES["tcp_angvel"]] = twist[3:]
+    state[STATE_SLICES["gripper_width"]] = gripper_width(q[5])
+    wrench = np.linalg.pinv(jac.T) @ (np.asarray(efforts, np.float64)[:5] - gravity_torques(q)[:5])
+    state[STATE_SLICES["ee_force"]] = wrench[:3]
+    state[STATE_SLICES["ee_torque"]] = wrench[3:]
+    return state
+
+
 def solve_ik(pos, yaw: float, start) -> tuple[np.ndarray, float]:
     """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
     allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
