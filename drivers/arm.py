@@ -225,7 +225,12 @@ class SimArm:
     def __init__(self, task: str = "PickCube", backend: str = "mujoco", seed: int = 0,
                  limits: ControlLimits = ControlLimits()):
         from robot_rl.sim.env import PandaCellEnv
+        from robot_rl.sim.tasks import get_task
 
+        if get_task(task).robot != "panda":
+            raise InputError(f"the sim arm backend is the Panda's twin; task {task} is the {get_task(task).robot}'s "
+                             "(an SO-101 cell on ROS 2: arm_node backend:=so101 on the simulated arm, "
+                             "python -m robot_rl.drivers.so101_sim)")
         self.env = PandaCellEnv(task=task, backend=backend, images=False, privileged=True, limits=limits)
         self.control_hz = limits.control_hz
         self.seed = seed

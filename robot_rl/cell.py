@@ -312,7 +312,7 @@ def from_sim_task(name: str) -> CellTask:
         raise UnknownCellTask(f"unknown task {name!r}; sim tasks: {', '.join(sorted(TASKS))} (a real cell's task "
                               "comes from a task file: task_file:=FILE.yaml)")
     task = TASKS[name]()
-    return CellTask(name=task.name, robot="panda", workspace=task.safety_box, home_joints=tuple(task.home_joints),
+    return CellTask(name=task.name, robot=task.robot, workspace=task.safety_box, home_joints=tuple(task.home_joints),
                     start=StartPose(position=tuple(task.home_tcp_pos)), control_hz=10.0,
                     max_episode_steps=task.max_episode_steps,
                     cameras=(CameraSpec("front"), CameraSpec("wrist")), classifier=None,

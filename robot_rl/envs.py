@@ -120,8 +120,9 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     episode end come from the success classifier, as on a real robot; the env's own success
     stays in ``info["ground_truth_success"]``. A state-observation env then renders the
     classifier's cameras for the classifier alone; a pixel env renders the policy's cameras and
-    the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's."""
-    from robot_rl.sim.env import PandaCellEnv
+    the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's.
+    An SO-101 task is its own twin (``robot_rl.sim.make``: sim/so101_env.py)."""
+    from robot_rl.sim import make
 
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
@@ -135,7 +136,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
             render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
         else:
             cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
-    env = PandaCellEnv(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras))
+    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras))
     if classifier is not None:
         from robot_rl.reward.wrapper import ClassifierReward
 

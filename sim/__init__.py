@@ -16,8 +16,15 @@ from robot_rl.sim.tasks import TASKS, UnknownTaskError, get_task
 __all__ = ["BACKENDS", "TASKS", "PandaCellEnv", "UnknownBackendError", "UnknownTaskError", "get_task", "make"]
 
 
-def make(task: str = "PickCube", backend: str = "mujoco", **kwargs) -> PandaCellEnv:
-    """Create the twin for ``task`` on ``backend``; kwargs go to ``PandaCellEnv``."""
+def make(task: str = "PickCube", backend: str = "mujoco", **kwargs) -> gym.Env:
+    """Create the twin for ``task`` on ``backend``; kwargs go to ``PandaCellEnv`` (or, for an
+    SO-101 task, MuJoCo only, to ``so101_env.So101CellEnv``)."""
+    if get_task(task).robot == "so101":
+        if backend != "mujoco":
+            raise UnknownBackendError(f"task {task} (the SO-101's twin) runs on mujoco only, not {backend!r}")
+        from robot_rl.sim.so101_env import So101CellEnv
+
+        return So101CellEnv(task=task, **kwargs)
     return PandaCellEnv(task=task, backend=backend, **kwargs)
 
 
@@ -25,9 +32,7 @@ def env_id(task: str) -> str:
     return f"robot_rl/{task}-v0"
 
 
-for _name in TASKS:
+for _name, _cls in TASKS.items():
     if env_id(_name) not in gym.registry:
-        gym.register(id=env_id(_name), entry_point="robot_rl.sim.env:PandaCellEnv", kwargs={"task": _name})
-# the SO-101 twin (sim/so101_env.py): PickCube sized for the SO-101, the same contract
-if env_id("PickCubeSO101") not in gym.registry:
-    gym.register(id=env_id("PickCubeSO101"), entry_point="robot_rl.sim.so101_env:So101CellEnv")
+        _entry = "robot_rl.sim.so101_env:So101CellEnv" if _cls.robot == "so101" else "robot_rl.sim.env:PandaCellEnv"
+        gym.register(id=env_id(_name), entry_point=_entry, kwargs={"task": _name})

@@ -55,6 +55,9 @@ class PandaCellEnv(gym.Env):
         max_episode_steps: int | None = None,
     ):
         self.task = get_task(task)
+        if self.task.robot != "panda":
+            raise InputError(f"task {task} is the {self.task.robot}'s, not the Panda's: robot_rl.sim.make({task!r}) or "
+                             "robot_rl.envs.make_cell_env build its twin")
         unknown = set(cameras) - set(SIM_CAMERAS)
         if unknown:
             raise InputError(f"unknown cameras {sorted(unknown)}; the twin has {list(SIM_CAMERAS)}")

@@ -56,6 +56,8 @@ class Task:
     """Base class: subclasses fill in the class attributes and the three methods."""
 
     name: str
+    robot: str = "panda"  # the arm: "panda" (PandaCellEnv, both engines) or "so101" (sim/so101_env.py, MuJoCo)
+    backends: tuple[str, ...] = ("mujoco", "pybullet")
     max_episode_steps: int = 100
     uses_gripper: bool = True
     home_tcp_pos: tuple[float, float, float]
@@ -283,7 +285,37 @@ class PushCube(Task):
         return bool(on_table and np.linalg.norm(cube[:2] - target[:2]) < self.success_radius)
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert, PegInsertHard, PushCube)}
+class PickCubeSO101(Task):
+    """PickCube sized for the SO-101 arm (MuJoCo only): a 2.5 cm cube at a random place 15-23 cm
+    in front of it and a random yaw; success when lifted 5 cm, as in the real cell's task file."""
+
+    name = "PickCubeSO101"
+    robot = "so101"
+    backends = ("mujoco",)
+    max_episode_steps = 100
+    uses_gripper = True
+    home_tcp_pos = (0.2, 0.0, 0.1)
+    home_joints = (-0.0019, 0.1315, -0.1094, 1.5487, -0.0019, 1.0)  # so101_description.HOME
+    start_randomise_m = (0.02, 0.02, 0.0)
+    safety_box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2), max_rotation_rad=(0.3, 0.3, 1.0))
+    cube_half = 0.0125
+    cube_region_low = (0.15, -0.06)
+    cube_region_high = (0.23, 0.06)
+    cube_yaw_range = np.pi / 4
+    lift_height = 0.05
+    classifier_cameras = ("front", "wrist")
+    objects = (SceneObject("cube", (BoxGeom((0.0125, 0.0125, 0.0125)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.02),)
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        xy = rng.uniform(self.cube_region_low, self.cube_region_high)
+        yaw = rng.uniform(-self.cube_yaw_range, self.cube_yaw_range)
+        return Layout(object_poses={"cube": (np.array([xy[0], xy[1], self.cube_half]), yaw_to_quat(yaw))})
+
+    def is_success(self, poses: dict[str, Pose], layout: Layout) -> bool:
+        return bool(poses["cube"][0][2] >= layout.object_poses["cube"][0][2] + self.lift_height)
+
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert, PegInsertHard, PushCube, PickCubeSO101)}
 
 
 class UnknownTaskError(UserFacingError, KeyError):

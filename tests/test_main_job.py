@@ -47,7 +47,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
 @pytest.mark.parametrize("args, says", [
     (["--human", "2"], "--human 2.0 must be a number in [0, 1]"),
     (["--human", "-0.5"], "--human -0.5 must be a number in [0, 1]"),
-    (["--task", "Unknown"], "unknown task 'Unknown'; available tasks: PegInsert, PegInsertHard, PickCube, PushCube"),
+    (["--task", "Unknown"], "unknown task 'Unknown'; available tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube"),
     (["--steps", "1"], "--steps 1 is too few: round 1 trains 3/4 of them"),
     (["--steps", "0"], "--steps 0 is too few"),
     (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),

@@ -182,7 +182,7 @@ def test_backends_agree_on_contract():
 
 def test_unknown_task_lists_available_tasks():
     with pytest.raises(robot_rl.sim.UnknownTaskError,
-                       match="available tasks: PegInsert, PegInsertHard, PickCube, PushCube"):
+                       match="available tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube"):
         make("StackCubes")
 
 

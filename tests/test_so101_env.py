@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from robot_rl.contract import STATE_DIM, STATE_SLICES
-from robot_rl.sim.so101_env import PickCubeSO101Expert, So101CellEnv
+from robot_rl.sim.experts import PickCubeSO101Expert
+from robot_rl.sim.so101_env import So101CellEnv
 
 
 def test_observations_and_actions_follow_the_contract():
@@ -87,3 +88,23 @@ def test_a_noisy_expert_fails_more_and_its_progress_reads_the_scene():
         assert failures >= 4
     finally:
         env.close()
+
+
+def test_pickcubeso101_is_a_sim_task_of_its_own_that_the_panda_twin_refuses():
+    from robot_rl.envs import make_env
+    from robot_rl.errors import InputError
+    from robot_rl.sim import make
+    from robot_rl.sim.env import PandaCellEnv, UnknownBackendError
+    from robot_rl.sim.experts import make_expert
+
+    env = make_env("PickCubeSO101", obs="state")  # what robot-rl train builds: the learner's flat observation
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs["state"].shape == (STATE_DIM + 7 + 3,)  # the robot, the cube's pose, the cube from the TCP
+        assert isinstance(make_expert("PickCubeSO101"), PickCubeSO101Expert)
+    finally:
+        env.close()
+    with pytest.raises(InputError, match="task PickCubeSO101 is the so101's, not the Panda's"):
+        PandaCellEnv("PickCubeSO101")
+    with pytest.raises(UnknownBackendError, match="runs on mujoco only"):
+        make("PickCubeSO101", backend="pybullet")
