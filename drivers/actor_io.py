@@ -123,14 +123,21 @@ class ArmMode:
     def __init__(self, logger):
         self.logger = logger
         self.mode = ""
+        self.backend_fault = False
 
     def on_status(self, msg) -> None:
         try:
-            self.mode = str(json.loads(msg.data).get("mode", ""))
+            status = json.loads(msg.data)
+            self.mode = str(status.get("mode", ""))
+            self.backend_fault = bool(status.get("backend_fault", False))
         except (ValueError, AttributeError):
             self.logger.warning(f"ignoring a malformed arm status {msg.data[:80]!r}")
 
     def holds(self) -> str:
-        """The mode if the arm ignores commands (e-stop, or its operator is gone), else "": what
-        the actor sends is then not what happens, so nothing of it may be learned or recorded."""
-        return self.mode if self.mode in ("estop", "operator_lost") else ""
+        """The mode if the arm ignores commands (e-stop, or its operator is gone), "backend_fault"
+        while its backend stands faulted (a servo silent, the connection lost: it sends nothing to
+        the robot), else "": what the actor sends is then not what happens, so nothing of it may
+        be learned or recorded."""
+        if self.mode in ("estop", "operator_lost"):
+            return self.mode
+        return "backend_fault" if self.backend_fault else ""

@@ -318,12 +318,14 @@ class ArmNode(Node):
 
     def publish_status(self):
         s = self.supervisor
+        backend = self.backend.status() if hasattr(self.backend, "status") else None
+        # a backend that stands faulted sends nothing to the robot: the actor drops what it does meanwhile
+        fault = bool(backend) and (backend.get("fault") is not None or backend.get("connected") is False)
         self.pub_status.publish(String(data=status_json(mode=s.mode, estopped=s.estopped, ticks=self.ticks,
                                                         operator_required=self.cfg.require_operator,
                                                         operator_present=s.operator_present,
                                                         counts=s.counts, dropped=self.drops.counts,
-                                                        backend=self.backend.status()
-                                                        if hasattr(self.backend, "status") else None)))
+                                                        backend_fault=fault, backend=backend)))
 
     def close(self):
         self.backend.close()

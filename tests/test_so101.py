@@ -330,6 +330,7 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
                                  between=lambda: velocity.publish(left))
                 fault = report()["backend"]["fault"]
                 assert fault["kind"] == "servo" and fault["message"].startswith("servo 3 (elbow_flex) does not answer")
+                assert report()["backend_fault"] is True  # what the actor reads to drop its episode
                 log = (tmp_path / "arm_node.log").read_text()
                 assert log.count("does not answer") == 1 and arm.poll() is None
             finally:
@@ -562,3 +563,23 @@ def test_a_leader_arm_without_its_port_or_calibration_is_one_line(tmp_path):
     path.write_text(json.dumps(lerobot_calibration()))
     with pytest.raises(DeviceUnavailable, match="the SO-101 leader arm: serial port /dev/ttyACM9 does not exist"):
         open_device("so101_leader", port="/dev/ttyACM9", calibration=str(path))
+
+
+def test_the_actor_drops_what_it_does_while_the_arm_stands_faulted():
+    """``ArmMode`` reads ``arm/status``: a backend's standing fault (an SO-101's, or a Franka
+    reconnecting) holds the actor as an e-stop does, until a status says it cleared."""
+    from types import SimpleNamespace
+
+    from robot_rl.drivers.actor_io import ArmMode
+
+    warnings = []
+    mode = ArmMode(SimpleNamespace(warning=warnings.append))
+    status = lambda **fields: SimpleNamespace(data=json.dumps({"mode": "velocity", **fields}))  # noqa: E731
+    mode.on_status(status(backend_fault=False))
+    assert mode.holds() == ""
+    mode.on_status(status(backend_fault=True))
+    assert mode.holds() == "backend_fault"
+    mode.on_status(status(mode="estop", backend_fault=True))
+    assert mode.holds() == "estop"
+    mode.on_status(status(backend_fault=False))
+    assert mode.holds() == "" and not warnings
