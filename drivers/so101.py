@@ -268,6 +268,17 @@ class So101Bus:
         status = np.array([data[s][3] for s in self.ids], np.int64)
         return volts, temps, status
 
+    def write_calibration(self, calibration: "So101Calibration") -> None:
+        """The calibration written to the servos, as LeRobot does on connecting: torque off (the arm
+        goes limp), EEPROM unlocked, the homing offsets and position limits, locked again."""
+        motors = [calibration.motors[name] for name in self.names]
+        self.write("Torque_Enable", [0] * len(motors))
+        self.write("Lock", [0] * len(motors))
+        self.write("Homing_Offset", [m.homing_offset for m in motors])
+        self.write("Min_Position_Limit", [m.range_min for m in motors])
+        self.write("Max_Position_Limit", [m.range_max for m in motors])
+        self.write("Lock", [1] * len(motors))
+
     def write(self, name: str, values) -> None:
         """One register on every servo (sync write: no replies)."""
         scs = self.scs
@@ -370,14 +381,8 @@ class So101Arm:
         (torque off, EEPROM unlocked: homing offsets and position limits; locked again), and the
         torque limits set. ``reset`` turns the torque on."""
         bus = So101Bus(self.settings.port, self.calibration.ids, latency_timer_ms=self.settings.latency_timer_ms)
-        motors = [self.calibration.motors[name] for name in JOINTS]
         try:
-            bus.write("Torque_Enable", [0] * len(JOINTS))
-            bus.write("Lock", [0] * len(JOINTS))
-            bus.write("Homing_Offset", [m.homing_offset for m in motors])
-            bus.write("Min_Position_Limit", [m.range_min for m in motors])
-            bus.write("Max_Position_Limit", [m.range_max for m in motors])
-            bus.write("Lock", [1] * len(JOINTS))
+            bus.write_calibration(self.calibration)
             bus.write("Torque_Limit", [self.settings.torque_limit] * 5 + [self.settings.gripper_torque_limit])
         except BusError as e:
             bus.close()
@@ -457,11 +462,6 @@ class So101Arm:
     def _state_vector(self, q: np.ndarray, qd: np.ndarray, load: np.ndarray) -> np.ndarray:
         """The contract's state from the servos: their loads (per mille of the stall torque) as torques."""
         return self.model.contract_state(q, qd, load / ft.LOAD_PER_MILLE * self.model.SERVO_STALL_TORQUE_NM)
-
-    def tcp_pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The contract's TCP pose (z along the fingers, down at home) at joint angles ``q``."""
-        pos, rot = self.model.forward_kinematics(q)
-        return pos, rot @ TCP_TO_CONTRACT
 
     def state(self) -> np.ndarray:
         self._read()

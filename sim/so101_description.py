@@ -41,6 +41,7 @@ import mujoco
 import numpy as np
 
 from robot_rl.geometry import matrix_to_rotvec
+from robot_rl.sim.mujoco_backend import look_at_quat
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 ARM_JOINTS = JOINTS[:5]
@@ -151,19 +152,6 @@ def rpy_to_quat(rpy) -> np.ndarray:
     mujoco.mju_mulQuat(tmp, qz, qy)
     mujoco.mju_mulQuat(out, tmp, qx)
     return out
-
-
-def _look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
-    """Quaternion of a MuJoCo camera at pos looking at target (cameras look along their -z)."""
-    f = np.asarray(target, float) - np.asarray(pos, float)
-    f /= np.linalg.norm(f)
-    x = np.cross(f, up)
-    x /= np.linalg.norm(x)
-    y = np.cross(x, f)
-    mat = np.column_stack([x, y, -f])
-    q = np.zeros(4)
-    mujoco.mju_mat2Quat(q, mat.flatten())
-    return q
 
 
 def _rotz(a: float) -> np.ndarray:
@@ -299,10 +287,10 @@ def so101_spec(cube: bool = True, cameras: bool = True) -> mujoco.MjSpec:
                       contype=1, conaffinity=1, **_GRIP_CONTACT)
     if cameras:
         pos, target = (0.62, -0.42, 0.42), (0.12, 0.0, 0.1)
-        world.add_camera(name="front", pos=pos, quat=_look_at_quat(pos, target), fovy=45.0)
+        world.add_camera(name="front", pos=pos, quat=look_at_quat(pos, target), fovy=45.0)
         # on link gripper beside the jaws, looking down the fingers at the space between the pads
         pos, target = (0.0, 0.04, -0.045), (_JAW_FACE_X + CUBE_SIZE / 2, 0.0, -0.115)
-        gripper.add_camera(name="wrist", pos=pos, quat=_look_at_quat(pos, target, up=(1.0, 0.0, 0.0)), fovy=75.0)
+        gripper.add_camera(name="wrist", pos=pos, quat=look_at_quat(pos, target, up=(1.0, 0.0, 0.0)), fovy=75.0)
     return spec
 
 

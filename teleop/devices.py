@@ -296,11 +296,7 @@ class So101Leader:
         except So101Error as e:
             raise DeviceUnavailable(f"the SO-101 leader arm: {e}") from e
         self.moving_m, self.hold_readings = moving_m, hold_readings
-        motors = [self.calibration.motors[n] for n in JOINTS]
-        self.bus.write("Torque_Enable", [0] * len(JOINTS))  # moved by hand
-        self.bus.write("Lock", [0] * len(JOINTS))
-        self.bus.write("Homing_Offset", [m.homing_offset for m in motors])
-        self.bus.write("Lock", [1] * len(JOINTS))
+        self.bus.write_calibration(self.calibration)  # its torque off: it is moved by hand
         self.last: tuple[np.ndarray, float, float] | None = None  # position, yaw, time
         self.quiet = hold_readings
         self.anchor: tuple[np.ndarray, float] | None = None  # follower - leader, when the takeover began

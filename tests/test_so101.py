@@ -280,8 +280,6 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
     """arm_node backend:=so101 on the simulated arm (its own process, on a pty): the task file's
     start pose, a velocity command moving the TCP, the gripper closing; then a servo that stops
     answering: the arm holds, ``arm/status`` says which servo in one line, and the node stays up."""
-    import subprocess
-    import sys
 
     pytest.importorskip("rclpy")
     from geometry_msgs.msg import PoseStamped, TwistStamped
@@ -294,14 +292,11 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
     from robot_rl.drivers import topics
     from tests.helpers.ros import Probe, free_domain_id, node_process
 
-    link, calibration = tmp_path / "so101", tmp_path / "so101_calibration.json"
-    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.so101_sim", "--link", str(link),
-                            "--calibration-out", str(calibration)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
-    try:
-        assert sim.stdout.readline().strip()  # the port: the arm is up
-        params = {"backend": "so101", "port": str(link), "calibration": str(calibration), "latency_timer_ms": 100.0,
-                  "task_file": str(example_task_files()["PickCubeSO101"]), "priority": "normal"}
+    from robot_rl.drivers.so101_sim import SimulatedSo101Process
+
+    with SimulatedSo101Process(tmp_path / "arm") as sim:
+        params = {"backend": "so101", "port": sim.port, "calibration": str(sim.calibration_path),
+                  "latency_timer_ms": 100.0, "task_file": str(example_task_files()["PickCubeSO101"]), "priority": "normal"}
         domain = free_domain_id()
         with node_process("robot_rl.drivers.arm_node", params, domain, tmp_path) as arm:
             probe = Probe(domain)
@@ -323,9 +318,7 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
                                  between=lambda: (velocity.publish(left), gripper.publish(Float32(data=1.0))))
                 width = grip[0][1].position[0]
                 probe.spin_until(lambda: grip[-1][1].position[0] < width - 0.02, 60, "the gripper to close")
-                sim.stdin.write("silence 3\n")
-                sim.stdin.flush()
-                assert sim.stdout.readline().strip() == "ok silence 3"
+                sim.silence(3)
                 probe.spin_until(lambda: (report().get("backend") or {}).get("fault"), 60, "the fault in arm/status",
                                  between=lambda: velocity.publish(left))
                 fault = report()["backend"]["fault"]
@@ -335,9 +328,6 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
                 assert log.count("does not answer") == 1 and arm.poll() is None
             finally:
                 probe.close()
-    finally:
-        sim.terminate()
-        sim.wait(10)
 
 
 @pytest.mark.ros
@@ -442,32 +432,25 @@ def test_robot_rl_arm_calibrate_walks_a_user_through_and_writes_lerobots_file(tm
 
     from robot_rl.drivers.so101 import So101Calibration
 
-    link, out = tmp_path / "so101", tmp_path / "so101_follower.json"
-    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.drivers.so101_sim", "--link", str(link)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        sim.stdout.readline()
+    from robot_rl.drivers.so101_sim import SimulatedSo101Process
+    from robot_rl.sim.so101_description import LIMITS_HIGH, LIMITS_LOW
 
-        def hand(joints, reads=0):
-            sim.stdin.write("hand " + " ".join(f"{q:.4f}" for q in joints) + f" {reads}\n")
-            sim.stdin.flush()
-            assert sim.stdout.readline().startswith("ok hand")
-
-        from robot_rl.sim.so101_description import LIMITS_HIGH, LIMITS_LOW
+    out = tmp_path / "so101_follower.json"
+    with SimulatedSo101Process(tmp_path / "arm") as sim:
 
         middle = np.r_[np.zeros(5), (LIMITS_LOW[5] + LIMITS_HIGH[5]) / 2]
         cli = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", "arm", "calibrate", "--backend", "so101",
-                                "--port", str(link), "--out", str(out), "--latency-timer-ms", "100"],
+                                "--port", sim.port, "--out", str(out), "--latency-timer-ms", "100"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert cli.stdout.readline().startswith("Move the arm to the middle of its range")
-            hand(middle)
+            sim.hold_by_hand(middle)
             cli.stdin.write("\n")
             cli.stdin.flush()
             assert cli.stdout.readline().startswith("Move every joint through its whole range")
             for i in range(6):
                 for limit in (LIMITS_LOW, LIMITS_HIGH):
-                    hand(np.where(np.arange(6) == i, limit, middle), reads=2)  # held while the command reads it
+                    sim.hold_by_hand(np.where(np.arange(6) == i, limit, middle), reads=2)  # held while it reads it
             assert cli.poll() is None, cli.communicate(timeout=10)
             rest, err = cli.communicate("\n", timeout=60)
         finally:
@@ -478,9 +461,6 @@ def test_robot_rl_arm_calibrate_walks_a_user_through_and_writes_lerobots_file(tm
         calibration = So101Calibration.load(out)
         spans = np.array([m.range_max - m.range_min for m in calibration.motors.values()])
         np.testing.assert_allclose(spans, (LIMITS_HIGH - LIMITS_LOW) * 4096 / (2 * np.pi), atol=4)
-    finally:
-        sim.terminate()
-        sim.wait(10)
 
 
 @pytest.mark.parametrize("args, says", [
