@@ -302,12 +302,15 @@ class So101Leader:
         self.anchor: tuple[np.ndarray, float] | None = None  # follower - leader, when the takeover began
 
     def joints(self) -> np.ndarray:
-        from robot_rl.drivers.so101 import BusError
+        from robot_rl.drivers.so101 import RETRIES, BusError
 
-        try:
-            ticks = self.bus.read_state()[0]
-        except (BusError, OSError) as e:
-            raise DeviceUnavailable(f"the SO-101 leader arm stopped answering ({e}): was it unplugged?") from e
+        for attempt in range(RETRIES + 1):  # a reply lost is retried, as the arm's backend does
+            try:
+                ticks = self.bus.read_state()[0]
+                break
+            except (BusError, OSError) as e:
+                if attempt == RETRIES:
+                    raise DeviceUnavailable(f"the SO-101 leader arm stopped answering ({e}): was it unplugged?") from e
         return self.calibration.to_radians(ticks, self.joint_limits)
 
     def read(self) -> TeleopInput:
