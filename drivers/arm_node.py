@@ -3,7 +3,8 @@
 Backend ``sim``: the twin, stepped in real time (one control period of physics per timer tick,
 its impedance controller inside), or with ``lockstep`` once per actor command (reproducible).
 Backend ``franka``: a Franka through franky-control (``drivers/franka.py``) at ``robot_ip``; its
-velocity commands are streamed to the robot the moment they arrive (and renewed each tick); the
+commands are streamed to the robot the moment both parts (velocity, gripper) are in, once (a tick
+with no new command renews the last); the
 e-stop stops the robot at once, even during a reset's motion; a fault (reflex, lost connection)
 is logged, counted and reported on ``arm/status`` while the backend recovers. Backend ``so101``:
 an SO-101 on its Feetech servo bus (``drivers/so101.py``) at ``port`` with its ``calibration``
@@ -25,6 +26,8 @@ takes commands again.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -80,6 +83,12 @@ class ArmNodeConfig:
     port: str = ""  # the bus adapter's serial port (e.g. /dev/ttyACM0), or a simulated arm's pty
     calibration: str = ""  # the arm's LeRobot calibration file (robot-rl arm calibrate writes one)
     latency_timer_ms: float = 16.0  # how long Feetech's SDK waits for a reply (twice): the USB adapter's latency timer
+    port_wait_s: float = 0.0  # so101: wait this long for the port and calibration file to appear (a simulated arm
+    #                           starting beside the node: the so101_sim stack); 0: they must be there
+    # a Trigger service called after each reset's motion, before the episode's first state: what resets the
+    # scene (the so101_sim stack's simulated cell places a new cube; a cell with an automatic reset serves one)
+    scene_reset: str = ""
+    scene_reset_timeout_s: float = 30.0
     priority: str = setting("realtime", "the arm's CPU priority (the control path): realtime (SCHED_FIFO where the "
                                         "system allows it, else a warning and normal) or normal",
                             choices=CONTROL_PRIORITIES)
@@ -110,11 +119,21 @@ def make_backend(cfg: ArmNodeConfig, task):
         if not cfg.port or not cfg.calibration:
             raise InputError("arm backend so101 needs port (the bus's serial port, e.g. /dev/ttyACM0) and calibration "
                              "(the arm's calibration file: robot-rl arm calibrate --backend so101 writes one)")
+        wait_for_files((cfg.port, cfg.calibration), cfg.port_wait_s)
         settings = So101Settings(port=cfg.port, calibration=cfg.calibration, latency_timer_ms=cfg.latency_timer_ms)
         return So101Arm(settings, So101Calibration.load(cfg.calibration), task.workspace, task.sample_start, limits,
                         task.uses_gripper, cfg.seed)
     raise InputError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
                      "drivers.arm.ArmBackend)")
+
+
+def wait_for_files(paths, timeout_s: float) -> None:
+    """Until every path exists, at most ``timeout_s`` (a simulated arm's node writes them as it
+    starts); what is still missing then is for the backend to report."""
+    end = time.monotonic() + timeout_s
+    pace = threading.Event()
+    while time.monotonic() < end and not all(os.path.exists(p) for p in paths):
+        pace.wait(0.1)
 
 
 class ArmNode(Node):
@@ -160,6 +179,12 @@ class ArmNode(Node):
                                cli_args=["--ros-args", "-r", f"__node:={self.get_name()}_estop"])
         self.estop_node.create_subscription(Bool, topics.ESTOP, self.on_estop, topics.qos_latched())
         self.background_nodes = [self.estop_node]
+        self.scene_client = None
+        if cfg.scene_reset:  # called from on_reset: its reply is taken by a node its own thread spins
+            self.scene_node = Node(f"{self.get_name()}_scene", namespace=self.get_namespace(), context=self.context,
+                                   cli_args=["--ros-args", "-r", f"__node:={self.get_name()}_scene"])
+            self.scene_client = self.scene_node.create_client(Trigger, cfg.scene_reset)
+            self.background_nodes.append(self.scene_node)
         self.create_subscription(Float32MultiArray, topics.TELEOP_ACTION, self.on_teleop_action, topics.qos_sensor())
         self.create_subscription(Bool, topics.TELEOP_INTERVENING, lambda m: self.supervisor.set_intervening(m.data), 10)
         self.create_subscription(Empty, topics.TELEOP_HEARTBEAT, lambda m: self.supervisor.operator_heartbeat(),
@@ -170,7 +195,8 @@ class ArmNode(Node):
         self.create_service(Trigger, topics.RELEASE_ESTOP, self.on_release)
         self.ticks = 0
         self.last_mode = None
-        self.commanded: set[str] = set()  # lockstep: the parts of the next command received so far
+        self.commanded: set[str] = set()  # lockstep and streaming: the parts of the next command received so far
+        self.executed_since_tick = False  # streaming: a command executed on arrival since the last tick
         self.timer = None if cfg.lockstep else self.create_timer(1.0 / cfg.control_hz, self.tick)
         self.publish_state()
         self.get_logger().info(f"arm ({cfg.backend}, {cfg.task}) at {cfg.control_hz:g} Hz; watchdog "
@@ -186,9 +212,7 @@ class ArmNode(Node):
         except msgs.MessageError as e:
             return self.drops.drop("velocity command", str(e))
         self.supervisor.command_velocity(delta)
-        self.lockstep_tick("velocity")
-        if self.streaming:
-            self.execute()
+        self.command_part("velocity")
 
     def on_pose(self, msg):
         try:
@@ -201,15 +225,23 @@ class ArmNode(Node):
         if not np.isfinite(msg.data):
             return self.drops.drop("gripper command", f"{msg.data}")
         self.supervisor.command_gripper(msg.data)
-        self.lockstep_tick("gripper")
+        self.command_part("gripper")
 
-    def lockstep_tick(self, part: str) -> None:
-        """Lockstep: one control period once both parts of a command are in."""
-        if self.cfg.lockstep:
-            self.commanded.add(part)
-            if self.commanded >= {"velocity", "gripper"}:
-                self.commanded.clear()
+    def command_part(self, part: str) -> None:
+        """Once both parts of a command (velocity, gripper) are in: lockstep, one control period;
+        a streaming backend, the command executed at once - and the next tick executes nothing
+        more, so that a displacement per period moves the arm once, whatever the phase between
+        the actor's commands and the arm's ticks."""
+        if not (self.cfg.lockstep or self.streaming):
+            return
+        self.commanded.add(part)
+        if self.commanded >= {"velocity", "gripper"}:
+            self.commanded.clear()
+            if self.cfg.lockstep:
                 self.tick()
+            else:
+                self.execute()
+                self.executed_since_tick = True
 
     def on_teleop_action(self, msg):
         values = np.asarray(msg.data, np.float64)
@@ -244,6 +276,7 @@ class ArmNode(Node):
             return response
         try:
             self.backend.reset()
+            self.reset_scene()
         except Exception as e:  # noqa: BLE001 - a real arm's reset can fail (e-stop, fault): say so
             response.success = False
             response.message = f"reset failed: {e}" + (" (e-stopped)" if self.supervisor.estopped else "")
@@ -260,6 +293,24 @@ class ArmNode(Node):
         response.message = f"episode {getattr(self.backend, 'episode', 0)}; {topics.RESET_STATE_STAMP} {stamp} ns"
         return response
 
+    def reset_scene(self) -> None:
+        """The scene's reset (``scene_reset``), once the arm is at its start: raises when it fails
+        or does not answer within ``scene_reset_timeout_s``."""
+        if self.scene_client is None:
+            return
+        timeout = self.cfg.scene_reset_timeout_s
+        if not self.scene_client.wait_for_service(timeout_sec=timeout):
+            raise RuntimeError(f"no scene reset service {self.cfg.scene_reset} within {timeout:g} s")
+        future = self.scene_client.call_async(Trigger.Request())
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(timeout):
+            future.cancel()
+            raise RuntimeError(f"the scene reset {self.cfg.scene_reset} did not answer within {timeout:g} s")
+        result = future.result()
+        if not result.success:
+            raise RuntimeError(f"the scene reset {self.cfg.scene_reset} failed: {result.message}")
+
     # ---- control loop --------------------------------------------------------------
     def execute(self) -> None:
         """The supervisor's action for now, to the backend."""
@@ -268,7 +319,9 @@ class ArmNode(Node):
         self.applied = (action, self.supervisor.mode == "teleop")
 
     def tick(self):
-        self.execute()
+        if not self.executed_since_tick:  # no command this period: the last again, a hold, or the operator's
+            self.execute()
+        self.executed_since_tick = False
         self.ticks += 1
         self.publish_state()
         faults = getattr(self.backend, "counts", {}).get("faults", 0)
@@ -329,7 +382,8 @@ class ArmNode(Node):
 
     def close(self):
         self.backend.close()
-        self.estop_node.destroy_node()
+        for node in self.background_nodes:
+            node.destroy_node()
 
 
 def main(args=None) -> None:

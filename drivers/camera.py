@@ -285,21 +285,31 @@ class OpenCVCamera:
 
 
 class SimCamera:
-    """One of the twin's cameras, rendering the scene state the sim arm publishes."""
+    """One of the twin's cameras, rendering the scene state the sim publishes (the sim arm, or the
+    simulated SO-101's node for an SO-101 task)."""
 
     def __init__(self, name: str, task: str = "PickCube", size: tuple[int, int] = (128, 128)):
         from robot_rl.contract import SIM_CAMERAS
         from robot_rl.sim.env import make_backend
         from robot_rl.sim.tasks import get_task
 
-        if name not in SIM_CAMERAS:
-            raise CameraError(f"the twin has no camera {name!r}; it has {list(SIM_CAMERAS)}")
         # one render thread per camera process: cameras render in parallel processes, and Mesa's
         # software rasteriser would otherwise start a thread per core in each (measured: p50
         # frame-to-command 27 -> 23 ms with two 64x64 cameras on 2 cores)
         os.environ.setdefault("LP_NUM_THREADS", "1")
         self.name, self.size = name, (int(size[0]), int(size[1]))
-        self.backend = make_backend("mujoco", get_task(task))
+        sim_task = get_task(task)
+        if sim_task.robot == "so101":
+            from robot_rl.sim.so101_description import So101Sim
+            from robot_rl.sim.so101_env import CAMERAS
+
+            cameras = CAMERAS
+            self.backend = So101Sim(cube=True, cameras=True) if name in cameras else None
+        else:
+            cameras = SIM_CAMERAS
+            self.backend = make_backend("mujoco", sim_task) if name in cameras else None
+        if self.backend is None:
+            raise CameraError(f"the twin of {task} has no camera {name!r}; it has {list(cameras)}")
         self.scene_stamp_ns: int | None = None
 
     def set_scene(self, state: np.ndarray, stamp_ns: int) -> None:
@@ -309,12 +319,14 @@ class SimCamera:
     def read(self) -> Frame:
         """The current scene, stamped with the instant the scene state describes."""
         if self.scene_stamp_ns is None:
-            raise CameraError(f"sim camera {self.name}: no scene state from the sim arm yet")
+            raise CameraError(f"sim camera {self.name}: no scene state from the sim yet")
         return Frame(self.backend.render(self.name, *self.size), self.scene_stamp_ns)
 
     def fovy(self) -> float:
         from robot_rl.sim import panda_description as panda
 
+        if hasattr(self.backend, "camera_fovy"):
+            return self.backend.camera_fovy(self.name)
         return {"front": panda.FRONT_CAMERA_FOVY, "wrist": panda.WRIST_CAMERA_FOVY, "side": panda.SIDE_CAMERA_FOVY}[self.name]
 
     def close(self) -> None:

@@ -206,6 +206,12 @@ def run_loop(node_factory, args=None) -> None:
         take_control_priority(node)
     except (UserFacingError, ValueError) as err:
         refuse(err)
+    if not rclpy.ok():  # stopped (SIGTERM, Ctrl-C) while it was being built: nothing to run
+        close = getattr(node, "close", None)
+        if close is not None:
+            close()
+        node.destroy_node()
+        return
     executor = spin_in_background(node)
     stop = threading.Event()
     try:

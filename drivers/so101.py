@@ -43,13 +43,12 @@ import numpy as np
 from robot_rl.contract import STATE_DIM, ControlLimits, GripperCommand, SafetyBox, gripper_command
 from robot_rl.drivers import feetech as ft
 from robot_rl.errors import InputError, UserFacingError
-from robot_rl.sim.so101_description import TCP_TO_CONTRACT
+from robot_rl.sim.so101_description import IK_TOLERANCE_M, TCP_TO_CONTRACT
 
 log = logging.getLogger("robot_rl.so101")
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 BAUDRATE = 1_000_000
-IK_TOLERANCE_M = 0.002  # a target the IK leaves further than this is out of reach
 RETRIES = 2  # a failed bus transaction is tried again this many times before it is a fault
 CONNECT_TRIES = 5  # pings of each servo before it is said not to answer
 

@@ -301,12 +301,17 @@ class PushCubeExpert(ScriptedExpert):
 
 class PickCubeSO101Expert(ScriptedExpert):
     """Over the cube with the jaws square to its faces, down, close, lift: the contract's actions
-    from the privileged cube pose (100 of 100 picks, about 12 steps each). The cube sits between
+    from the privileged cube pose (100 of 100 picks, about 15 steps each). The cube sits between
     the jaws ``so101_description.CUBE_IN_TCP`` from the TCP (the moving jaw swings toward the
     fixed one), so the TCP aims that far off the cube."""
 
     hover = 0.05
     close_steps = 5
+    # a fraction of the way to its aim each step: the SO-101's displacements add up into its target
+    # while its servos are still on the way, and a full step against a lagging TCP overshoots
+    # (measured on the twin with the observation 60 ms into the period: 23 of 30 picks at 1.0,
+    # 30 of 30 at 0.6)
+    gain = 0.6
 
     @staticmethod
     def progress(obs: dict) -> float:
@@ -345,7 +350,7 @@ class PickCubeSO101Expert(ScriptedExpert):
         if self.phase == "lift":
             target, gripper = aim + [0.0, 0.0, 0.12], 1.0
         action = np.zeros(7)
-        action[:3] = np.clip((target - tcp) / self.limits.max_translation_m, -1.0, 1.0)
+        action[:3] = np.clip(self.gain * (target - tcp) / self.limits.max_translation_m, -1.0, 1.0)
         action[5] = np.clip((yaw - tcp_yaw) / self.limits.max_rotation_rad, -1.0, 1.0)
         action[6] = gripper
         return action

@@ -415,6 +415,9 @@ def contract_state(joints, velocities, efforts) -> np.ndarray:
     return state
 
 
+IK_TOLERANCE_M = 0.002  # a target the IK leaves further than this is out of reach (the arm keeps the last one)
+
+
 def solve_ik(pos, yaw: float, start) -> tuple[np.ndarray, float]:
     """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
     allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
@@ -566,6 +569,32 @@ class So101Sim:
         if not self.has_cube:
             raise RuntimeError("this sim has no cube (So101Sim(cube=False))")
         return self.data.xpos[self._cube_body].copy(), self.data.xquat[self._cube_body].copy()
+
+    def place_cube(self, pos, quat=(1.0, 0.0, 0.0, 0.0)) -> None:
+        """The cube put at rest at ``pos`` (3,) turned by ``quat`` (wxyz): a new episode's scene."""
+        if not self.has_cube:
+            raise RuntimeError("this sim has no cube (So101Sim(cube=False))")
+        a, d = self._cube_qpos, self._cube_dof
+        self.data.qpos[a:a + 3] = np.asarray(pos, dtype=float)
+        self.data.qpos[a + 3:a + 7] = np.asarray(quat, dtype=float)
+        self.data.qvel[d:d + 6] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+
+    def scene_state(self) -> np.ndarray:
+        """What a camera needs to render the scene: the model's positions (qpos)."""
+        return self.data.qpos.copy()
+
+    def set_scene_state(self, state) -> None:
+        """The scene put where ``scene_state()`` of a sim of the same model said (a camera's copy)."""
+        state = np.asarray(state, dtype=float).ravel()
+        if state.shape != (self.model.nq,):
+            raise ValueError(f"an SO-101 scene state has {self.model.nq} values, got {state.size}")
+        self.data.qpos[:] = state
+        mujoco.mj_forward(self.model, self.data)
+
+    def camera_fovy(self, camera: str) -> float:
+        """A named camera's vertical field of view (degrees)."""
+        return float(self.model.cam_fovy[self.model.camera(camera).id])
 
     def forward_kinematics(self, joints) -> tuple[np.ndarray, np.ndarray]:
         """forward_kinematics() on this sim's model, with a scratch MjData (the sim is untouched)."""

@@ -1,9 +1,10 @@
 """The SO-101 twin: PickCube sized for the SO-101 (a 2.5 cm cube within its reach) as a gymnasium
 env of the same contract as the Panda's (``robot_rl.contract``), on the MuJoCo SO-101
 (sim/so101_description.py), with the same motion the real arm's backend makes (drivers/so101.py):
-each step the TCP target (the measured TCP moved by the action's displacement, clipped to the
-workspace box; its yaw turned by the action's, within the bound) becomes joint goals by the
-same task-priority IK (``solve_ik``: the position first, then the tool pointing down where the
+each step the TCP target (the last target moved by the action's displacement, clipped to the
+workspace box - the displacements add up from the TCP at the episode's start, so an arm still
+on its way loses none; its yaw turned by the action's, within the bound) becomes joint goals by
+the same task-priority IK (``solve_ik``: the position first, then the tool pointing down where the
 joints allow; roll and pitch commands are dropped), which the servos reach at their own speed
 over one control period. The task (``robot_rl.sim.tasks.PickCubeSO101``) randomises the cube and
 says what success is; its scripted expert is ``robot_rl.sim.experts.PickCubeSO101Expert``.
@@ -62,6 +63,8 @@ class So101CellEnv(gym.Env):
         self.physics.data.qpos[a + 3:a + 7] = cube_quat
         self.physics.step(0.05)  # the cube settles
         self._gripper, self._steps, self._started = model.GRIPPER_OPEN, 0, True
+        pos, rot = model.forward_kinematics(self.physics.joint_positions())
+        self._target = (pos, model.tcp_yaw(rot))
         return self._observation(), {"success": False, "safety_clipped": False}
 
     def step(self, action):
@@ -69,12 +72,16 @@ class So101CellEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         act = validate_action(action)
         q = self.physics.joint_positions()
-        pos, rot = model.forward_kinematics(q)
+        pos, last_yaw = self._target
         desired = pos + act[:3] * self.limits.max_translation_m
         target = self.task.safety_box.clip_position(desired)
         bound = float(self.task.safety_box.max_rotation_rad[2])
-        yaw = float(np.clip(model.tcp_yaw(rot) + act[5] * self.limits.max_rotation_rad, -bound, bound))
-        goal, _ = model.solve_ik(target, yaw, q)
+        yaw = float(np.clip(last_yaw + act[5] * self.limits.max_rotation_rad, -bound, bound))
+        goal, error = model.solve_ik(target, yaw, q)
+        if error > model.IK_TOLERANCE_M:  # out of reach: the last reachable target holds, as on the arm
+            goal, _ = model.solve_ik(pos, last_yaw, q)
+        else:
+            self._target = (target, yaw)
         command = gripper_command(act[6])
         if command is GripperCommand.CLOSE:
             self._gripper = model.LIMITS_LOW[5]  # past the cube: its stall torque squeezes it

@@ -34,7 +34,8 @@ from robot_rl.errors import UserFacingError
 
 # executable -> the module that runs it
 EXECUTABLES = {name: f"robot_rl.drivers.{name}" for name in ("arm_node", "camera_node", "actor_node", "learner_node",
-                                                             "recorder_node", "franka_sim_node")}
+                                                             "recorder_node", "franka_sim_node",
+                                                             "so101_sim_node")}
 EXECUTABLES["teleop_node"] = "robot_rl.teleop.teleop_node"
 CONSOLE_TOKEN_ENV = "ROBOT_RL_CONSOLE_TOKEN"  # robot_rl.teleop.console reads it (kept ROS-free, no import)
 USER_ERROR_EXIT = 2  # what a node exits with on a configuration error (one line said why)
