@@ -440,8 +440,8 @@ class MainJobConfig:
     obs: str | None = setting(None, "pixels: front + wrist cameras and the arm's state, as a real cell; state: the "
                                     "sim's object poses (sim only; default pixels, state with --stack ros)",
                               choices=("state", "pixels"))
-    stack: str = setting("sim", "sim: the trainer on the twin; ros: through the ROS 2 stack (one round, no "
-                                "simulated human)", choices=STACKS)
+    stack: str = setting("sim", "sim: the trainer on the twin; ros: through the ROS 2 stack (one round; a simulated "
+                                "human on the SO-101's stack only)", choices=STACKS)
     human: float | None = setting(None, "the simulated human's eagerness in [0, 1] (0: none; default 0.5, 0 with "
                                         "--stack ros)", metavar="EAGERNESS")
     steps: int | None = setting(None, "env steps of training (default: the task's main_job_steps; round 1 trains "
@@ -478,9 +478,6 @@ class MainJobConfig:
         if not 0.0 <= self.eagerness <= 1.0:
             raise InputError(f"--human {self.human} must be a number in [0, 1] (the simulated human's eagerness; "
                              "0: none)")
-        if self.stack == "ros" and self.eagerness > 0:
-            raise InputError(f"--human {self.human}: the ROS 2 stack (--stack ros) trains without a simulated human; "
-                             "leave it unset or 0")
         if self.stack == "ros" and self.observation != "state":
             raise InputError("--obs pixels: the ROS 2 stack (--stack ros) trains the state policy (its actor reads the "
                              "sim's object poses); leave --obs unset or give state")

@@ -40,7 +40,10 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")
-    assert len(ros) == 5 and "train through the ROS 2 stack (300 env steps" in ros[2]
+    assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
+    so101 = plan(capsys, "--task", "PickCubeSO101", "--stack", "ros", "--human", "0.5")
+    assert "train through the ROS 2 stack so101_sim (10000 env steps" in so101[2]
+    assert "simulated human (eagerness 0.5)" in so101[2]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -52,7 +55,8 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     (["--steps", "0"], "--steps 0 is too few"),
     (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),
     (["--demos", "-3"], "--demos must be a whole number >= 1, got -3"),
-    (["--stack", "ros", "--human", "0.5"], "the ROS 2 stack (--stack ros) trains without a simulated human"),
+    (["--stack", "ros", "--human", "0.5"], "--human 0.5: the ROS 2 stack of PickCube (sim_train) trains without a "
+                                           "simulated human"),
     (["--stack", "ros", "--obs", "pixels"], "--obs pixels: the ROS 2 stack (--stack ros) trains the state policy"),
 ])
 def test_a_bad_option_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, args, says):

@@ -24,8 +24,9 @@ cell) and writes its outputs into the run folder:
    grade by ground truth (50 episodes, the run's one final figure) -> ``summary.json``.
 7. ``measure_and_report``: the classifier on the final policy's rollouts, and ``report.md``.
 
-With ``--stack ros`` stages 4-6 are one training through the ROS 2 stack and a grade
-(``eval.json``). ``main_job.json`` in the run folder keeps the config, the version and each
+With ``--stack ros`` stages 4-6 are one training through the ROS 2 stack (``sim_train``; for an
+SO-101 task ``so101_sim``: its simulated arm on a serial pty, a simulated human in the loop with
+``--human``) and a grade (``eval.json``). ``main_job.json`` in the run folder keeps the config, the version and each
 finished stage, so ``robot-rl main --resume RUN`` verifies the finished stages' outputs and
 continues from the first stage not finished (a training stage from its newest checkpoint).
 """
@@ -97,6 +98,9 @@ class MainJob:
 
         self.cfg, self.run, self.record, self.log = cfg, run, record, log
         self.task = get_task(cfg.task)
+        if cfg.stack == "ros" and cfg.eagerness > 0 and self.ros_stack != "so101_sim":
+            raise MainJobError(f"--human {cfg.human}: the ROS 2 stack of {cfg.task} ({self.ros_stack}) trains without a "
+                               "simulated human (an SO-101 task's, so101_sim, has one); leave it unset or 0")
         self.steps = cfg.steps or self.task.main_job_steps
         self.round1 = self.steps * 3 // 4
         self.stages = stages_of(self)
@@ -104,6 +108,11 @@ class MainJob:
         self.stop_signal: int | None = None
         self._children: list[subprocess.Popen] = []
         self.stage_number, self.stage_title, self.stage_started = 0, "start", self.started
+
+    @property
+    def ros_stack(self) -> str:
+        """The ROS 2 stack the job trains through with ``--stack ros``: the robot's twin cell."""
+        return "so101_sim" if self.task.robot == "so101" else "sim_train"
 
     def path(self, name: str) -> str:
         return str(self.run / name)
@@ -376,9 +385,12 @@ def train_through_ros(job: MainJob) -> None:
                            "run: robot-rl main --stack ros (nothing was changed)")
     cfg = job.cfg
     env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
-    job.robot_rl("launch", "sim_train", f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
+    # the SO-101's stack: its simulated arm on a serial pty, driven by the arm node's so101 backend,
+    # with a simulated human in the loop
+    human = [f"simulated_human:={cfg.eagerness:g}"] if job.ros_stack == "so101_sim" else []
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  f"demo_store:={job.path('demos.zarr')}", f"reward_classifier:={job.path('classifier')}",
-                 f"env_steps:={job.steps}", f"run_dir:={job.run}", *cfg.train_args, env=env)
+                 f"env_steps:={job.steps}", f"run_dir:={job.run}", *human, *cfg.train_args, env=env)
 
 
 def grade_by_ground_truth(job: MainJob) -> None:
@@ -418,8 +430,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     ]
     if cfg.stack == "ros":
         return stages + [
-            Stage("train_ros", lambda j: f"train through the ROS 2 stack ({j.steps} env steps in real time at 10 Hz; "
-                                         "arm, cameras, actor, learner, recorder)",
+            Stage("train_ros", lambda j: f"train through the ROS 2 stack {j.ros_stack} ({j.steps} env steps in real "
+                                         f"time at 10 Hz; arm, cameras, actor, learner, recorder{human})",
                   lambda j: _minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
             Stage("grade", lambda j: f"grade the final policy by ground truth ({cfg.final_eval_episodes} episodes: the "
                                      "run's final figure, eval.json)", lambda j: "about 2 min", grade_by_ground_truth,
