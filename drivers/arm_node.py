@@ -111,7 +111,8 @@ def make_backend(cfg: ArmNodeConfig, task):
         return FrankaArm(settings, task.workspace, tuple(cfg.home_joints) or task.home_joints, task.sample_start,
                          limits, task.uses_gripper, cfg.seed)
     if cfg.backend == "so101":
-        from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
+        from robot_rl.drivers.so101 import So101Arm, So101Settings
+        from robot_rl.drivers.so101_bus import So101Calibration
 
         if task.robot != "so101":
             raise InputError("arm backend so101 needs an SO-101 task file (robot: so101), e.g. "

@@ -282,7 +282,7 @@ class So101Leader:
     def __init__(self, port: str, calibration: str, latency_timer_ms: float = 16.0, limits=None,
                  follower=None, moving_m: float = 0.002, hold_readings: int = 25):
         from robot_rl.contract import ControlLimits
-        from robot_rl.drivers.so101 import JOINTS, So101Bus, So101Calibration, So101Error
+        from robot_rl.drivers.so101_bus import JOINTS, So101Bus, So101Calibration, So101Error
         from robot_rl.sim import so101_description as model
 
         if not port or not calibration:
@@ -302,7 +302,7 @@ class So101Leader:
         self.anchor: tuple[np.ndarray, float] | None = None  # follower - leader, when the takeover began
 
     def joints(self) -> np.ndarray:
-        from robot_rl.drivers.so101 import RETRIES, BusError
+        from robot_rl.drivers.so101_bus import RETRIES, BusError
 
         for attempt in range(RETRIES + 1):  # a reply lost is retried, as the arm's backend does
             try:

@@ -50,7 +50,7 @@ def lerobot_calibration(**changes) -> dict:
 
 
 def test_a_lerobot_calibration_file_reads_and_writes_back_the_same(tmp_path):
-    from robot_rl.drivers.so101 import So101Calibration
+    from robot_rl.drivers.so101_bus import So101Calibration
 
     path = tmp_path / "so101_follower.json"
     path.write_text(json.dumps(lerobot_calibration()))
@@ -73,7 +73,7 @@ def test_a_lerobot_calibration_file_reads_and_writes_back_the_same(tmp_path):
     (lambda d: d["elbow_flex"].pop("homing_offset"), "elbow_flex: needs integer id, drive_mode, homing_offset"),
 ])
 def test_a_calibration_for_another_arm_or_with_missing_motors_is_one_line(tmp_path, change, says):
-    from robot_rl.drivers.so101 import So101Calibration
+    from robot_rl.drivers.so101_bus import So101Calibration
 
     data = lerobot_calibration()
     change(data)
@@ -160,7 +160,8 @@ START = (0.15, -0.05, 0.1)  # a corner of the 10 cm square in front of the arm
 
 def so101_arm(bus, calibration=None, **settings):
     from robot_rl.contract import SafetyBox
-    from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
+    from robot_rl.drivers.so101 import So101Arm, So101Settings
+    from robot_rl.drivers.so101_bus import So101Calibration
 
     box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2), max_rotation_rad=(0.3, 0.3, 1.0))
     settings.setdefault("latency_timer_ms", 100.0)  # the simulated bus shares a loaded machine's cores
@@ -213,7 +214,8 @@ def test_a_10_cm_square_at_full_action_ends_each_corner_within_3_mm(bus):
 
 def test_a_port_that_is_missing_or_busy_and_a_box_out_of_reach_are_one_line_before_the_arm_moves(bus, tmp_path):
     from robot_rl.contract import SafetyBox
-    from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Error, So101Settings
+    from robot_rl.drivers.so101 import So101Arm, So101Settings
+    from robot_rl.drivers.so101_bus import So101Calibration, So101Error
 
     calibration = So101Calibration.from_dict(bus.calibration())
     box = SafetyBox(low=(0.1, -0.1, 0.01), high=(0.25, 0.1, 0.2))
@@ -368,7 +370,7 @@ def test_calibrating_the_simulated_arm_finds_its_homing_offsets_and_ranges(bus, 
     through its limits by hand; the result reads the model's angles, as the arm's true calibration does."""
     import threading
 
-    from robot_rl.drivers.so101 import So101Calibration, calibrate
+    from robot_rl.drivers.so101_bus import So101Calibration, calibrate
 
     def hand(poses, reads):
         def move():
@@ -410,7 +412,7 @@ def test_calibrating_the_simulated_arm_finds_its_homing_offsets_and_ranges(bus, 
 
 
 def test_a_sweep_that_leaves_a_joint_still_is_refused(bus):
-    from robot_rl.drivers.so101 import So101Error, calibrate
+    from robot_rl.drivers.so101_bus import So101Error, calibrate
 
     import threading
 
@@ -432,7 +434,7 @@ def test_robot_rl_arm_calibrate_walks_a_user_through_and_writes_lerobots_file(tm
     import subprocess
     import sys
 
-    from robot_rl.drivers.so101 import So101Calibration
+    from robot_rl.drivers.so101_bus import So101Calibration
 
     from robot_rl.drivers.so101_sim import SimulatedSo101Process
     from robot_rl.sim.so101_description import LIMITS_HIGH, LIMITS_LOW

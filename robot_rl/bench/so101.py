@@ -38,7 +38,8 @@ def run(periods: int = 200, log=print) -> dict:
     from robot_rl.bench.franka import loop_figures, paced_moves
     from robot_rl.cell import example_task_files, load_task_file
     from robot_rl.drivers.arm import ArmSupervisor
-    from robot_rl.drivers.so101 import So101Arm, So101Calibration, So101Settings
+    from robot_rl.drivers.so101 import So101Arm, So101Settings
+    from robot_rl.drivers.so101_bus import So101Calibration
     from robot_rl.drivers.so101_sim import SimulatedSo101Process
 
     task = load_task_file(example_task_files()["PickCubeSO101"])

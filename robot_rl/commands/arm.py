@@ -1,5 +1,5 @@
 """``robot-rl arm calibrate --backend so101 --port PORT --out FILE``: an arm's calibration, walked
-through at the terminal (drivers/so101.py ``calibrate``: the middle of the range, then a sweep of
+through at the terminal (drivers/so101_bus.py ``calibrate``: the middle of the range, then a sweep of
 every joint), written as LeRobot's calibration file, which ``arm_node backend:=so101`` reads."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def enter_pressed(message: str) -> threading.Event:
 
 
 def run(args) -> int:
-    from robot_rl.drivers.so101 import calibrate
+    from robot_rl.drivers.so101_bus import calibrate
     from robot_rl.errors import InputError
 
     if args.out.is_dir():
