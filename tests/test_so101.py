@@ -567,3 +567,26 @@ def test_the_actor_drops_what_it_does_while_the_arm_stands_faulted():
     assert mode.holds() == "estop"
     mode.on_status(status(backend_fault=False))
     assert mode.holds() == "" and not warnings
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("node, params, says", [
+    ("camera_node", {"name": "side"}, "cameras: no camera 'side'; it has ['front', 'wrist']"),
+    ("actor_node", {"cameras": "[front,side]", "obs": "pixels"}, "cameras: no camera 'side'; it has ['front', 'wrist']"),
+])
+def test_a_task_file_whose_cameras_the_stack_lacks_is_one_line(tmp_path, node, params, says):
+    """The SO-101 cell's task file names front and wrist: a node asked for another camera refuses in
+    one line (exit 2) before anything moves."""
+    import subprocess
+    import sys
+
+    from robot_rl.cell import example_task_files
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    params = {"task_file": str(example_task_files()["PickCubeSO101"]), "priority": "normal", **params}
+    args = sum((["-p", f"{k}:={v}"] for k, v in params.items()), [])
+    out = subprocess.run([sys.executable, "-m", f"robot_rl.drivers.{node}", "--ros-args", *args],
+                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{node}: error: ") and says in last and "Traceback" not in out.stderr, out.stderr[-1500:]
