@@ -387,7 +387,13 @@ def train_through_ros(job: MainJob) -> None:
     env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
     # the SO-101's stack: its simulated arm on a serial pty, driven by the arm node's so101 backend,
     # with a simulated human in the loop
-    human = [f"simulated_human:={cfg.eagerness:g}"] if job.ros_stack == "so101_sim" else []
+    human = []
+    if job.ros_stack == "so101_sim":
+        human = [f"simulated_human:={cfg.eagerness:g}"]
+        if cfg.eagerness > 0:  # the human-in-the-loop recipe, as round 1 on the twin takes it (the package's)
+            recipe = f"[{','.join(f'{k}={v:g}' for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items())}]"
+            human += [f"learner.agent:={recipe}", f"actor.agent:={recipe}",
+                      f"learner.intervention_bc_steps:={1 if job.task.clone_corrections else 0}"]
     job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  f"demo_store:={job.path('demos.zarr')}", f"reward_classifier:={job.path('classifier')}",
                  f"env_steps:={job.steps}", f"run_dir:={job.run}", *human, *cfg.train_args, env=env)
