@@ -291,6 +291,9 @@ def so101_spec(cube: bool = True, cameras: bool = True) -> mujoco.MjSpec:
         # on link gripper beside the jaws, looking down the fingers at the space between the pads
         pos, target = (0.0, 0.04, -0.045), (_JAW_FACE_X + CUBE_SIZE / 2, 0.0, -0.115)
         gripper.add_camera(name="wrist", pos=pos, quat=look_at_quat(pos, target, up=(1.0, 0.0, 0.0)), fovy=75.0)
+        # level with the lift line, beside the cube's region: how high the cube is (the classifier's)
+        pos, target = (0.19, -0.42, 0.05), (0.19, 0.0, 0.05)
+        world.add_camera(name="side", pos=pos, quat=look_at_quat(pos, target), fovy=40.0)
     return spec
 
 
@@ -604,7 +607,7 @@ class So101Sim:
         return _jac(self.model, self._scratch, joints)
 
     def render(self, camera: str = "front", height: int = 240, width: int = 320) -> np.ndarray:
-        """An RGB image (uint8, [height, width, 3]) from a named camera ("front" or "wrist")."""
+        """An RGB image (uint8, [height, width, 3]) from a named camera ("front", "wrist" or "side")."""
         r = self._renderer
         if r is None or (r.height, r.width) != (height, width):
             if r is not None:

@@ -21,7 +21,7 @@ from robot_rl.errors import InputError
 from robot_rl.sim import so101_description as model
 from robot_rl.sim.tasks import Layout, get_task
 
-CAMERAS = ("front", "wrist")
+CAMERAS = ("front", "wrist", "side")  # side: level with the lift line, for the success classifier
 
 
 class So101CellEnv(gym.Env):
@@ -30,7 +30,7 @@ class So101CellEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, task: str = "PickCubeSO101", images: bool = False, image_size: tuple[int, int] = (64, 64),
-                 cameras: tuple[str, ...] = CAMERAS, privileged: bool = True, limits: ControlLimits = ControlLimits(),
+                 cameras: tuple[str, ...] = ("front", "wrist"), privileged: bool = True, limits: ControlLimits = ControlLimits(),
                  render_mode: str | None = None, max_episode_steps: int | None = None):
         self.task = get_task(task)
         if self.task.robot != "so101":

@@ -145,7 +145,7 @@ def run_main_sh(tmp_path: Path, *args: str, **variables: str) -> subprocess.Comp
     ({}, 7, "PickCube from pixels for 7500 env steps"),
     ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, 6, "PegInsert from state for 1 env steps"),
     ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, 7, "eagerness 0.25"),
-    ({"STACK": "ros", "STEPS": "1"}, 5, "train through the ROS 2 stack (1 env steps"),
+    ({"STACK": "ros", "STEPS": "1"}, 5, "train through the ROS 2 stack sim_train (1 env steps"),
 ])
 def test_main_sh_gives_its_variables_to_robot_rl_main(tmp_path, variables, stages, says):
     done = run_main_sh(tmp_path, "--seed", "3", **variables)

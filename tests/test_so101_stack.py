@@ -67,8 +67,8 @@ def test_the_twins_cameras_render_the_so101_scene_they_are_sent(scene):
         assert np.abs(camera.read().image.astype(int) - frame.image.astype(int)).max() > 30
     finally:
         camera.close()
-    with pytest.raises(CameraError, match=r"the twin of PickCubeSO101 has no camera 'side'; it has \['front', 'wrist'\]"):
-        SimCamera("side", "PickCubeSO101")
+    with pytest.raises(CameraError, match=r"the twin of PickCubeSO101 has no camera 'top'; it has \['front', 'wrist', 'side'\]"):
+        SimCamera("top", "PickCubeSO101")
 
 
 @pytest.mark.ros
