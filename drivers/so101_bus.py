@@ -34,7 +34,9 @@ log = logging.getLogger("robot_rl.so101")
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 BAUDRATE = 1_000_000
 RETRIES = 2  # a failed bus transaction is tried again this many times before it is a fault
-CONNECT_TRIES = 5  # pings of each servo before it is said not to answer
+# pings of each servo before it is said not to answer (about 0.6 s at a 16 ms latency timer; 5 were too
+# few for a simulated bus starved for a second by a loaded machine)
+CONNECT_TRIES = 20
 
 
 class So101Error(UserFacingError):
