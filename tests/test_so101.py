@@ -114,7 +114,10 @@ def test_the_sdk_pings_reads_and_writes_the_simulated_servos(bus):
         for sid in range(1, 7):
             for _ in range(20):  # a simulated bus starved by a loaded machine answers late: ask again
                 port.ser.reset_input_buffer()
-                model, result, error = packets.ping(port, sid)
+                try:
+                    model, result, error = packets.ping(port, sid)
+                except (IndexError, ValueError):  # the SDK misparses a torn reply
+                    model, result, error = 0, scs.COMM_RX_CORRUPT, 0
                 if result == scs.COMM_SUCCESS:
                     break
             assert (model, result, error) == (ft.STS3215_MODEL, scs.COMM_SUCCESS, 0)
