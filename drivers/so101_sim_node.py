@@ -16,7 +16,6 @@ as a real arm's serial bus, and what the sim knows for the rest of the stack.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +115,6 @@ def main(args=None) -> None:
             self.pub_objects = self.create_publisher(Float64MultiArray, topics.SIM_OBJECTS, q)
             self.create_subscription(JointState, topics.JOINT_STATES, self.on_arm_state, q)
             self.create_service(Trigger, SCENE_RESET, self.on_reset_scene)
-            self.lock = threading.Lock()
             self.get_logger().info(f"a simulated SO-101 ({cfg.task}) on {cfg.port} -> {self.bus.port}; its "
                                    f"calibration in {cfg.calibration_out}")
 
