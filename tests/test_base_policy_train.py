@@ -121,6 +121,7 @@ def test_a_run_folder_whose_observations_differ_is_refused_as_a_base(tmp_path, c
 
 
 @pytest.mark.learning
+@pytest.mark.timeout(1200)  # a bound against a hang: 4 min alone on 2 cores, longer on a loaded machine
 def test_the_residual_lifts_a_weak_scripted_base(tmp_path):
     """PickCube from states on a base that sees the cube 3 cm off (``MiscalibratedPicker``: 17 % at
     step 0 over 30 episodes): with 10 demonstrations, 4,000 env steps of residual RL must lift it

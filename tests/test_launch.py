@@ -20,7 +20,7 @@ from robot_rl.commands.cli import main as cli
 from robot_rl.runtime.launcher import (LaunchError, NodeSpec, Supervisor, launch, load_stacks, parse_overrides,
                                       resolve)
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
-from tests.helpers.common import wait_until  # noqa: E402
+from tests.helpers.common import free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -34,7 +34,9 @@ def test_every_stack_has_a_launch_file_and_valid_nodes():
     for name in STACKS:
         nodes = resolve(name)
         required = {n.name for n in nodes if n.required}
-        assert required == ({"actor", "so101_sim"} if name == "so101_sim" else {"actor"})  # their exit ends the stack
+        # their exit ends the stack: the actor's when its episodes are done, the arm driver's (a
+        # failed connect, a fault) rather than an actor waiting for an arm that is gone
+        assert required == ({"actor", "arm", "so101_sim"} if name == "so101_sim" else {"actor", "arm"})
         assert (ROOT / "launch" / f"{name}.launch.py").exists()
 
 
@@ -271,6 +273,51 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     assert len(store) >= 2 and store.cameras == {"front": (32, 32)}
     ckpt = latest_checkpoint(run)  # the learner's newest checkpoint, verified
     assert ckpt is not None and read_state(ckpt)["train_config"]["task"] == "PickCube"
+
+
+def test_a_stack_run_that_overruns_leaves_nothing_running(tmp_path):
+    """tests/helpers/ros.py's run_stack on a launcher that hangs with a child holding its output
+    open (what a stuck stack looks like): it fails in bounded time, and neither is left running."""
+    from tests.helpers.ros import run_stack
+
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+              "print('started', flush=True)\n"
+              "time.sleep(600)\n")
+    with pytest.raises(AssertionError, match="still ran after 2 s") as err:
+        run_stack([sys.executable, "-c", script], dict(os.environ), timeout=2, grace_s=1)
+    assert "started" in str(err.value)
+    child = int(pid_file.read_text())
+    wait_until(lambda: not _alive(child), "the launcher's child to be gone", 10)
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_cell_whose_arm_driver_exits_stops_with_its_code(tmp_path):
+    """`robot-rl launch train` for an SO-101 that is not plugged in: the arm node exits with a
+    configuration error (2) naming the port, and the stack stops with that code, rather than an
+    actor waiting for the arm's reset service forever."""
+    pytest.importorskip("rclpy")
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
+
+    absent = tmp_path / "ttyACM9"
+    cmd = [str(Path(sys.executable).with_name("robot-rl")), "launch", "train", f"run_dir:={tmp_path / 'run'}",
+           "arm_backend:=so101", f"task_file:={ROOT / 'robot_rl' / 'tasks' / 'pick_cube_so101.yaml'}",
+           f"so101_port:={absent}", f"so101_calibration:={tmp_path / 'calibration.json'}", "camera_backend:=opencv",
+           "devices:=[]", f"console_port:={free_port()}", "control_priority:=normal"]
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[launch] arm exited (2); stopping the stack" in result.stdout, result.stdout[-3000:]
+    assert str(absent) in result.stdout or "calibration.json" in result.stdout, result.stdout[-3000:]
 
 
 def test_report_of_a_ros_stack_run(tmp_path):

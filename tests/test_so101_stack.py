@@ -168,7 +168,7 @@ def test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus(tmp_path):
     run_dir = tmp_path / "run"
     out = run_stack([sys.executable, "-m", "robot_rl.commands.cli", "launch", "so101_sim", "policy:=expert",
                      "simulated_human:=0", "episodes:=3", f"run_dir:={run_dir}", f"console_port:={console}",
-                     "control_priority:=normal"], ros_environment(free_domain_id()), timeout=600)
+                     "control_priority:=normal"], ros_environment(free_domain_id()), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "arm (so101, PickCubeSO101)" in out.stdout
     summary = json.loads((run_dir / "actor_summary.json").read_text())
@@ -181,3 +181,67 @@ def test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus(tmp_path):
     assert np.all(np.linalg.norm(np.diff(firsts, axis=0), axis=1) > 1e-3)  # a new cube each episode
     lifted = [e for e in episodes if e["success"].any()][0]
     assert lifted["state"][-1][STATE_SLICES["tcp_pos"]][2] > 0.05  # the arm's own state: it lifted
+
+
+def _untrained_checkpoint(run) -> None:
+    """A checkpoint of an untrained policy that reads PickCubeSO101's state observations."""
+    import torch
+
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.envs import make_env
+    from robot_rl.runtime.checkpoint import write_checkpoint
+
+    env = make_env("PickCubeSO101", obs="state")
+    torch.manual_seed(0)
+    agent = SACAgent(SACConfig(state_dim=env.observation_space["state"].shape[0], hidden=(32, 32),
+                               action_dim=env.action_space.shape[0], grasp_critic=True))
+    env.close()
+    write_checkpoint(run, "step_000000010", agent, None, {"env_steps": 10})
+
+
+@pytest.mark.ros
+@pytest.mark.integration
+def test_the_so101_sim_stack_grades_a_checkpoint_alone(tmp_path):
+    """``robot-rl launch so101_sim policy:=checkpoint checkpoint:=RUN``: the run's policy acts alone
+    (no learner weights, no human) through the simulated bus for the episodes asked, as the main
+    job's grade through the stack does."""
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
+
+    trained = tmp_path / "trained"
+    _untrained_checkpoint(trained)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        console = s.getsockname()[1]
+    run_dir = tmp_path / "grade"
+    out = run_stack([sys.executable, "-m", "robot_rl.commands.cli", "launch", "so101_sim", "policy:=checkpoint",
+                     f"checkpoint:={trained}", "simulated_human:=0", "episodes:=2", f"run_dir:={run_dir}",
+                     f"console_port:={console}", "actor.max_episode_steps:=10"],
+                    ros_environment(free_domain_id()), timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    summary = json.loads((run_dir / "actor_summary.json").read_text())
+    assert summary["policy"] == "checkpoint" and summary["checkpoint"] == str(trained)
+    assert len(summary["episode_log"]) == 2 and summary["interventions"] == 0, summary
+    assert [e["steps"] for e in summary["episode_log"]] == [10, 20]  # each to its time limit: nothing lifted
+    assert not any(e["ground_truth_solved"] for e in summary["episode_log"])
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("params, says", [
+    ({"policy": "checkpoint"}, "policy 'checkpoint' and the checkpoint parameter go together"),
+    ({"checkpoint": "runs/x"}, "policy 'checkpoint' and the checkpoint parameter go together"),
+    ({"policy": "checkpoint", "checkpoint": "{tmp}/absent"}, "no checkpoint at {tmp}/absent"),
+])
+def test_an_actor_asked_for_a_checkpoint_it_cannot_use_refuses_in_one_line(tmp_path, params, says):
+    import subprocess
+
+    from tests.helpers.ros import free_domain_id, ros_environment
+
+    params = {"task": "PickCubeSO101", "priority": "normal",
+              **{k: v.format(tmp=tmp_path) for k, v in params.items()}}
+    args = sum((["-p", f"{k}:={v}"] for k, v in params.items()), [])
+    out = subprocess.run([sys.executable, "-m", "robot_rl.drivers.actor_node", "--ros-args", *args],
+                         env=ros_environment(free_domain_id()), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("actor_node: error: ") and says.format(tmp=tmp_path) in last, out.stderr[-1500:]
+    assert "Traceback" not in out.stderr, out.stderr[-1500:]

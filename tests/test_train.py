@@ -17,6 +17,7 @@ TINY = dict(eval_episodes=3, final_eval_episodes=3, pretrain_steps=50, critic_wa
 
 
 @pytest.mark.learning
+@pytest.mark.timeout(1200)  # a bound against a hang: 5 min alone on 2 cores, longer on a loaded machine
 def test_rl_lifts_a_hard_task_well_past_its_clone(tmp_path, capsys):
     """PegInsertHard, where 20 demonstrations clone into a policy that succeeds at most half the
     time (docs/CALIBRATION.md): the online phase must lift it well past the clone, both graded over

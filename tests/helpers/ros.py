@@ -58,25 +58,40 @@ def node_process(module: str, params: dict | None, domain_id: int, log_dir: Path
             stop(proc)
 
 
-def run_stack(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+def run_stack(cmd: list[str], env: dict, timeout: float, grace_s: float = 60.0) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)`` for a
     ``robot-rl launch`` / ``robot-rl session`` process, except on timeout: subprocess.run would
     SIGKILL it and leave its nodes running (and its parameter folder behind); this stops it with
     SIGTERM, as a service manager would, so that it stops its nodes and removes its files, then
-    fails with its output."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    fails with its output. The process and its nodes are a process group of their own: whatever
+    way this ends (the stack's own end, the timeout, pytest-timeout's exception in the middle of a
+    wait), no member is left running and no wait is unbounded."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGTERM)
             try:
-                out, err = proc.communicate(timeout=60)  # its nodes get a grace period of 10 s each
+                out, err = proc.communicate(timeout=grace_s)  # its nodes get a grace period of 10 s each
             except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
+                _kill_group(proc)
+                out, err = proc.communicate(timeout=10)
             raise AssertionError(f"{' '.join(cmd[:3])} ... still ran after {timeout} s (stopped with SIGTERM):\n"
                                  f"{out[-3000:]}{err[-3000:]}") from None
+    finally:
+        _kill_group(proc)  # nodes the launcher left behind, or everything if an exception came mid-wait
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to every process of the group ``proc`` leads (``start_new_session``)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
