@@ -67,7 +67,14 @@ class ActorNode(Node):
 
             env = make_base_env(env, cfg.obs, tuple(cfg.cameras), cfg.base_policy, cfg.base_python, cfg.base_every,
                                 cfg.base_mode, probe_seed=None, base_map=cfg.base_map)
-        if cfg.policy == "learner" or cfg.sim:
+        if (cfg.policy == "checkpoint") != bool(cfg.checkpoint):
+            raise InputError("policy 'checkpoint' and the checkpoint parameter go together (the run folder or "
+                             f"checkpoint whose policy acts); got policy {cfg.policy!r}, checkpoint {cfg.checkpoint!r}")
+        if cfg.policy == "checkpoint":  # frozen weights, the mean action: how a trained policy does on its own
+            flat = FlatObservation(env, cfg.obs)
+            observe = flat.observation
+            self.policy = frozen_policy(cfg.checkpoint, flat)
+        elif cfg.policy == "learner" or cfg.sim:
             flat = FlatObservation(env, cfg.obs)
             observe = flat.observation
             self.policy = SACAgent(agent_config_for(cfg, flat))  # built as the learner's, from the same fields
@@ -77,7 +84,8 @@ class ActorNode(Node):
         self.learner = LearnerClient(self.endpoint, self.policy,
                                      on_error=lambda m: self.get_logger().error(f"learner: {m}"))
         act = {"learner": lambda raw, obs: self.policy.act(obs), "expert": None, "teleop": hold_still,
-               "motions": ScriptedMotions()}[cfg.policy]
+               "motions": ScriptedMotions(),
+               "checkpoint": lambda raw, obs: self.policy.act(obs, deterministic=True)}[cfg.policy]
         self.teleop = Teleop(max_age_s=2.0 / cfg.control_hz)
         self.events, self.arm = OperatorEvents(self.get_logger()), ArmMode(self.get_logger())
         recorder = self.sink = None
@@ -159,7 +167,7 @@ class ActorNode(Node):
         if not self.cfg.run_dir:
             return
         cfg, latencies = self.cfg, list(self.ros_env.latencies_ms)
-        summary = {"task": cfg.task, "obs": cfg.obs, "policy": cfg.policy,
+        summary = {"task": cfg.task, "obs": cfg.obs, "policy": cfg.policy, "checkpoint": cfg.checkpoint or None,
                    "reward": "classifier" if cfg.reward_classifier else "ground_truth",
                    "reward_classifier": cfg.reward_classifier or None, "demo_store": cfg.demo_store or None,
                    **self.counts(latencies), "command_latency_ms": cfg.command_latency_ms,
@@ -168,6 +176,19 @@ class ActorNode(Node):
         path = Path(self.cfg.run_dir)
         path.mkdir(parents=True, exist_ok=True)
         (path / "actor_summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def frozen_policy(source: str, flat: FlatObservation) -> SACAgent:
+    """The policy of a run folder's newest verified checkpoint (or of the checkpoint ``source``),
+    on the CPU, without its optimizers; a checkpoint that does not read this cell's observations
+    is refused in one line naming it."""
+    from robot_rl.runtime.checkpoint import check_compatible, check_recorded_network, load_agent, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(Path(source))
+    agent = load_agent(ckpt / "agent.safetensors", with_optimizers=False, device="cpu")
+    check_recorded_network(agent.config, ckpt)
+    check_compatible(agent.config, flat, ckpt)
+    return agent
 
 
 def main(args=None) -> None:

@@ -484,7 +484,7 @@ class MainJobConfig:
 
 
 # ------------------------------------------------------------------ ROS nodes
-POLICIES = ("learner", "expert", "teleop", "motions")
+POLICIES = ("learner", "expert", "teleop", "motions", "checkpoint")
 
 
 @dataclass
@@ -516,8 +516,10 @@ class ActorNodeConfig(BasePolicyConfig, TaskFileConfig, RewardConfig, PolicyConf
     keep: str = setting("all", "episodes to record: all, successes", choices=("all", "successes"))
     episodes: int = setting(0, "stop after this many recorded episodes (0: no limit)")
     policy: str = setting("learner", "learner (weights from learner_node), expert (the sim's scripted expert), teleop, "
-                          "motions (a scene-free square with the gripper closing and opening: checks a cell's arm)",
+                          "motions (a scene-free square with the gripper closing and opening: checks a cell's arm), "
+                          "checkpoint (a trained policy alone, frozen and deterministic: a grade through the cell)",
                           choices=POLICIES)
+    checkpoint: str = setting("", "policy checkpoint: the run folder or checkpoint whose policy acts")
     run_dir: str = setting("", "where to write actor_config.json and, when the run ends, actor_summary.json "
                                "(robot-rl report reads it)")
     device: str = setting("cpu", "the torch device of the policy's acting copy: cpu (a robot PC acts on its CPU "

@@ -6,7 +6,8 @@ as the stage table (docs/training.md, "The main job"); each stage is a function 
 that runs ``robot-rl`` commands (each printed as it starts, so a lab can run the same on its
 cell) and writes its outputs into the run folder:
 
-1. ``record_data``: 20 demonstrations with images, and the success classifier's data: 20
+1. ``record_data``: 20 demonstrations with images (an SO-101 trained through ``so101_sim``
+   records them through that stack), and the success classifier's data: 20
    successful takes, each then carrying the object about and up through the workspace (half of
    them letting go of it), and 20 failed takes, each then moving the arm about without it ->
    ``demos.zarr``, ``classifier_successes.zarr``, ``classifier_failures.zarr``.
@@ -26,7 +27,8 @@ cell) and writes its outputs into the run folder:
 
 With ``--stack ros`` stages 4-6 are one training through the ROS 2 stack (``sim_train``; for an
 SO-101 task ``so101_sim``: its simulated arm on a serial pty, a simulated human in the loop with
-``--human``) and a grade (``eval.json``). ``main_job.json`` in the run folder keeps the config, the version and each
+``--human``) and a grade (``eval.json``, on the twin; for so101_sim also ``eval_stack.json``, the
+policy alone through the stack it trained in). ``main_job.json`` in the run folder keeps the config, the version and each
 finished stage, so ``robot-rl main --resume RUN`` verifies the finished stages' outputs and
 continues from the first stage not finished (a training stage from its newest checkpoint).
 """
@@ -108,6 +110,11 @@ class MainJob:
         self.stop_signal: int | None = None
         self._children: list[subprocess.Popen] = []
         self.stage_number, self.stage_title, self.stage_started = 0, "start", self.started
+
+    @property
+    def demos_through_the_stack(self) -> bool:
+        """The SO-101 trained through so101_sim records its demonstrations there too."""
+        return self.cfg.stack == "ros" and self.ros_stack == "so101_sim"
 
     @property
     def ros_stack(self) -> str:
@@ -248,10 +255,12 @@ def record_data(job: MainJob) -> None:
     """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras), and the
     classifier's successful and failed takes (its cameras) at 64x64."""
     cfg, task = job.cfg, job.cfg.task
-    # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
-    job.robot_rl("record", "--task", task, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
-                 str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", IMAGE_SIZE,
-                 "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
+    if job.demos_through_the_stack:
+        record_demos_through_the_stack(job)
+    else:  # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
+        job.robot_rl("record", "--task", task, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
+                     str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", IMAGE_SIZE,
+                     "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
     takes = ["--images", "--image-size", IMAGE_SIZE, "--cameras", *job.classifier_cameras,
              "--episodes", str(cfg.takes), "--hold-motion", "0.4", "--hold-rise", "0.3"]
     job.robot_rl("record", "--task", task, "--noise", "0.1", "--seed", str(SEEDS["successes"]), "--successful-only",
@@ -260,6 +269,20 @@ def record_data(job: MainJob) -> None:
     job.robot_rl("record", "--task", task, "--noise", str(job.task.failed_takes_noise), "--seed",
                  str(SEEDS["failures"]), "--failed-only", *takes, "--hold-after-failure", "20",
                  "--out", job.path("classifier_failures.zarr"))
+
+
+def record_demos_through_the_stack(job: MainJob) -> None:
+    """The demonstrations recorded where the policy will act, as a lab records its own on its
+    cell: the task's expert (noise 0.1, its successes kept) through so101_sim, whose states carry
+    the servo bus's timing and load readings; a clone of the twin's demonstrations met other
+    states there (docs/CALIBRATION.md, "The SO-101 through its ROS 2 stack") -> demos.zarr."""
+    cfg, folder = job.cfg, job.run / "demos_stack"
+    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", "policy:=expert", "simulated_human:=0",
+                 f"episodes:={cfg.demos}", "actor.keep:=successes", f"cameras:=[{','.join(POLICY_CAMERAS)}]",
+                 f"seed:={SEEDS['demos']}", f"run_dir:={folder}", env=env)
+    (folder / "online.zarr").rename(job.path("demos.zarr"))
+    _remove(folder)  # the stack's pty link, calibration, logs and its idle learner's checkpoints
 
 
 def verify_data(job: MainJob) -> None:
@@ -400,9 +423,34 @@ def train_through_ros(job: MainJob) -> None:
 
 
 def grade_by_ground_truth(job: MainJob) -> None:
-    """In: the ROS-trained run. Out: eval.json, the final policy over 50 episodes by ground truth."""
+    """In: the ROS-trained run. Out: eval.json, the final policy over 50 episodes by ground truth on
+    the twin; for the SO-101 also eval_stack.json, the same policy alone through its stack."""
     _write_json(Path(job.path("eval.json")), job.robot_rl("eval", "--checkpoint", str(job.run), "--episodes",
                                                           str(job.cfg.final_eval_episodes)))
+    if job.ros_stack == "so101_sim":
+        grade_through_the_stack(job)
+
+
+def grade_through_the_stack(job: MainJob) -> None:
+    """The final policy alone (frozen, deterministic, no human) for final_eval_episodes episodes
+    through so101_sim, where it was trained: the arm node's servo bus, its timing and its load
+    readings, which the twin of ``robot-rl eval`` only approximates. Out: eval_stack.json."""
+    cfg, grade = job.cfg, job.run / "grade"
+    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
+                 "policy:=checkpoint", f"checkpoint:={job.run}", "simulated_human:=0",
+                 f"episodes:={cfg.final_eval_episodes}", f"run_dir:={grade}", env=env)
+    episodes = json.loads((grade / "actor_summary.json").read_text())["episode_log"]
+    solved = sum(bool(e["ground_truth_solved"]) for e in episodes)
+    _write_json(Path(job.path("eval_stack.json")), json.dumps(
+        {"stack": job.ros_stack, "checkpoint": str(job.run), "policy": "deterministic", "episodes": len(episodes),
+         "successes": solved, "success_rate": solved / max(1, len(episodes))}))
+
+
+def verify_grade(job: MainJob) -> None:
+    _read_json(job, "eval.json")
+    if job.ros_stack == "so101_sim":
+        _read_json(job, "eval_stack.json")
 
 
 # ------------------------------------------------------------------ stage 7: the report
@@ -427,9 +475,11 @@ def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g})" if job.cfg.eagerness else "")
     stages = [
-        Stage("record", lambda j: f"record {cfg.demos} demonstrations and the classifier's {2 * cfg.takes} takes "
-                                  "(scripted expert, cameras at 64x64)", lambda j: "about 1 min", record_data,
-              verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr")),
+        Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
+                                      f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
+                                  f" and the classifier's {2 * cfg.takes} takes (scripted expert, cameras at 64x64)",
+              lambda j: "about 2 min" if j.demos_through_the_stack else "about 1 min", record_data,
+              verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
                                       "for 1% false positives", lambda j: _minutes(cfg.classifier_steps * 0.09),
               train_success_classifier, verify_classifier, ("classifier",)),
@@ -440,8 +490,11 @@ def stages_of(job: MainJob) -> list[Stage]:
                                          f"time at 10 Hz; arm, cameras, actor, learner, recorder{human})",
                   lambda j: _minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
             Stage("grade", lambda j: f"grade the final policy by ground truth ({cfg.final_eval_episodes} episodes: the "
-                                     "run's final figure, eval.json)", lambda j: "about 2 min", grade_by_ground_truth,
-                  lambda j: _read_json(j, "eval.json"), ("eval.json",)),
+                                     "run's final figure, eval.json" + (
+                                         "; and alone through the stack, eval_stack.json"
+                                         if j.ros_stack == "so101_sim" else "") + ")",
+                  lambda j: "about 2 min" + (" (about 6 more through the stack)" if j.ros_stack == "so101_sim" else ""),
+                  grade_by_ground_truth, verify_grade, ("eval.json", "eval_stack.json", "grade")),
             Stage("report", lambda j: f"measure the classifier on the final policy's rollouts ({cfg.rollout_episodes} "
                                       "episodes) and write report.md", lambda j: "about 1 min", measure_and_report,
                   verify_report, ("policy_rollouts.zarr", "classifier_on_the_trained_policy.json")),
