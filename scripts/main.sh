@@ -3,7 +3,8 @@
 # (robot_rl/commands/main_job.py, read top to bottom as the stage table; docs/training.md).
 # Environment variables choose its options: TASK (--task, default PickCube), STEPS (--steps,
 # default the task's), OBS (--obs pixels|state), HUMAN (--human, the simulated human's eagerness
-# in [0, 1]; 0: none), STACK=ros (--stack ros: through the ROS 2 stack, no simulated human),
+# in [0, 1]; 0: none), STACK=ros (--stack ros: through the ROS 2 stack; a simulated human there
+# only for an SO-101 task, whose stack is so101_sim),
 # CLASSIFIER_STEPS and ENCODER_STEPS; extra arguments go to robot-rl train (with STACK=ros, stack
 # arguments NAME:=VALUE). A bad value is one line on stderr and exit status 2, before any stage.
 # A job cut off goes on with `.venv/bin/robot-rl main --resume RUN`.
@@ -20,4 +21,5 @@ for pair in TASK:--task STEPS:--steps OBS:--obs HUMAN:--human STACK:--stack CLAS
   variable=${pair%%:*}
   if [ -n "${!variable:-}" ]; then options+=("${pair#*:}" "${!variable}"); fi
 done
+if [ "${1:-}" = "--" ]; then shift; fi  # `main.sh -- ARGS` as well as `main.sh ARGS`
 exec .venv/bin/robot-rl main ${options[@]+"${options[@]}"} -- "$@"

@@ -123,9 +123,10 @@ def test_resume_takes_no_other_options(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ scripts/main.sh
-def run_main_sh(tmp_path: Path, *args: str, **variables: str) -> subprocess.CompletedProcess:
+def run_main_sh(tmp_path: Path, *args: str, echo: bool = False, **variables: str) -> subprocess.CompletedProcess:
     """scripts/main.sh in a copy of the repository's scripts whose set-up does nothing and whose
-    robot-rl is the real one asked for its --plan: what the variables become, and nothing runs."""
+    robot-rl is the real one asked for its --plan: what the variables become, and nothing runs
+    (``echo``: a robot-rl that prints its arguments instead)."""
     clone = tmp_path / "clone"
     (clone / "scripts").mkdir(parents=True)
     for name in ("main.sh", "progress.sh"):
@@ -133,7 +134,8 @@ def run_main_sh(tmp_path: Path, *args: str, **variables: str) -> subprocess.Comp
     (clone / "scripts" / "setup.sh").write_text("")
     (clone / ".venv" / "bin").mkdir(parents=True)
     robot_rl = clone / ".venv" / "bin" / "robot-rl"
-    robot_rl.write_text(f'#!/bin/sh\nshift\nexec "{sys.executable}" -m robot_rl.commands.cli main --plan "$@"\n')
+    robot_rl.write_text('#!/bin/sh\necho "$@"\n' if echo else
+                        f'#!/bin/sh\nshift\nexec "{sys.executable}" -m robot_rl.commands.cli main --plan "$@"\n')
     robot_rl.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": os.environ.get("TMPDIR", str(tmp_path)),
            **variables}
@@ -153,6 +155,17 @@ def test_main_sh_gives_its_variables_to_robot_rl_main(tmp_path, variables, stage
     lines = done.stdout.splitlines()
     assert lines[0].startswith("== set-up: .venv/")
     assert lines[-1].startswith(f"stage {stages} of {stages}: ") and says in done.stdout
+
+
+def test_main_sh_takes_its_extra_arguments_with_or_without_a_leading_double_dash(tmp_path):
+    """`main.sh -- --seed 3` is `main.sh --seed 3`: one `--` reaches robot-rl main, not two (a
+    second one would become an argument of robot-rl train)."""
+    argvs = []
+    for args in (("--seed", "3"), ("--", "--seed", "3")):
+        done = run_main_sh(tmp_path / str(len(argvs)), *args, STACK="ros", echo=True)
+        assert done.returncode == 0, done.stderr
+        argvs.append(done.stdout.splitlines()[-1])
+    assert argvs[0] == argvs[1] == "main --stack ros -- --seed 3"
 
 
 @pytest.mark.parametrize("variables, says", [
