@@ -75,7 +75,7 @@ class ArmNodeConfig:
     grasp_force: float = 20.0  # N
     gripper_speed: float = 0.1  # m/s
     realtime_kernel: bool = True  # false only for a simulator (franky-sim); a real arm needs a real-time kernel
-    connect_timeout_s: float = 5.0
+    connect_timeout_s: float = 5.0  # franka: the connection's; so101: how long a silent servo is pinged on connecting
     # how much of the TCP's distance from its target (the commanded displacements added up) each
     # period's velocity also closes (0: velocity only; docs in drivers/franka.py FrankaSettings)
     tracking_gain: float = 0.7
@@ -121,7 +121,8 @@ def make_backend(cfg: ArmNodeConfig, task):
             raise InputError("arm backend so101 needs port (the bus's serial port, e.g. /dev/ttyACM0) and calibration "
                              "(the arm's calibration file: robot-rl arm calibrate --backend so101 writes one)")
         wait_for_files((cfg.port, cfg.calibration), cfg.port_wait_s)
-        settings = So101Settings(port=cfg.port, calibration=cfg.calibration, latency_timer_ms=cfg.latency_timer_ms)
+        settings = So101Settings(port=cfg.port, calibration=cfg.calibration, latency_timer_ms=cfg.latency_timer_ms,
+                                 connect_timeout_s=cfg.connect_timeout_s)
         return So101Arm(settings, So101Calibration.load(cfg.calibration), task.workspace, task.sample_start, limits,
                         task.uses_gripper, cfg.seed)
     raise InputError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "

@@ -53,6 +53,7 @@ class So101Settings:
     gripper_closed_rad: float = -0.1  # when closing (past the cube: the torque limit stops it)
     reset_speed_rad_s: float = 1.0  # the reset's joint speed
     latency_timer_ms: float = 16.0  # how long the SDK waits for a reply, twice, plus its bytes' time
+    connect_timeout_s: float = 5.0  # on connecting, a silent servo is pinged this long before it is an error
 
 
 class So101Arm:
@@ -84,7 +85,7 @@ class So101Arm:
         self._qd = np.zeros(len(JOINTS))
         self._reference_yaw = 0.0
         self.check_reach(safety_box)
-        self.bus = self._connect()
+        self.bus = self._connect(answer_within_s=self.settings.connect_timeout_s)
         self._read()
 
     def check_reach(self, box: SafetyBox) -> None:
@@ -101,11 +102,13 @@ class So101Arm:
                                  "z up from the table)")
 
     # ---- connection ------------------------------------------------------------------
-    def _connect(self) -> So101Bus:
+    def _connect(self, answer_within_s: float = 0.0) -> So101Bus:
         """The bus opened and the calibration written to the servos, as LeRobot does on connecting
         (torque off, EEPROM unlocked: homing offsets and position limits; locked again), and the
-        torque limits set. ``reset`` turns the torque on."""
-        bus = So101Bus(self.settings.port, self.calibration.ids, latency_timer_ms=self.settings.latency_timer_ms)
+        torque limits set. ``reset`` turns the torque on. ``answer_within_s``: how long a silent
+        servo is pinged (the first connect's; a reconnect, each period, pings only CONNECT_TRIES)."""
+        bus = So101Bus(self.settings.port, self.calibration.ids, latency_timer_ms=self.settings.latency_timer_ms,
+                       answer_within_s=answer_within_s)
         try:
             bus.write_calibration(self.calibration)
             bus.write("Torque_Limit", [self.settings.torque_limit] * 5 + [self.settings.gripper_torque_limit])

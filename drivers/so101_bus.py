@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -34,8 +35,9 @@ log = logging.getLogger("robot_rl.so101")
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 BAUDRATE = 1_000_000
 RETRIES = 2  # a failed bus transaction is tried again this many times before it is a fault
-# pings of each servo before it is said not to answer (about 0.6 s at a 16 ms latency timer; 5 were too
-# few for a simulated bus starved for a second by a loaded machine)
+# pings of each servo before it is said not to answer, at least (about 0.6 s at a 16 ms latency timer; 5
+# were too few for a simulated bus starved for a second by a loaded machine); So101Bus's
+# ``answer_within_s`` pings on for longer
 CONNECT_TRIES = 20
 
 
@@ -152,7 +154,11 @@ class So101Bus:
     STATE_ADDRESS, STATE_BYTES = 56, 6  # Present_Position, Present_Velocity, Present_Load
     HEALTH_ADDRESS, HEALTH_BYTES = 62, 4  # Present_Voltage, Present_Temperature, (64), Status
 
-    def __init__(self, port: str, ids: list[int], names=JOINTS, latency_timer_ms: float = 16.0):
+    def __init__(self, port: str, ids: list[int], names=JOINTS, latency_timer_ms: float = 16.0,
+                 answer_within_s: float = 0.0):
+        """``answer_within_s``: each servo is pinged CONNECT_TRIES times, and on until this long
+        after the port opened (a simulated arm still starting on a loaded machine), before it is
+        said not to answer."""
         import scservo_sdk as scs
         from scservo_sdk import port_handler
 
@@ -182,10 +188,13 @@ class So101Bus:
         if not opened:
             self.close()
             raise So101Error(f"serial port {port} cannot be opened at {BAUDRATE} baud")
+        deadline = time.monotonic() + answer_within_s
         for sid, name in zip(self.ids, self.names):
-            for _ in range(CONNECT_TRIES):
+            tries = 0
+            while True:
                 model, result = self._ping(sid)
-                if result == scs.COMM_SUCCESS:
+                tries += 1
+                if result == scs.COMM_SUCCESS or (tries >= CONNECT_TRIES and time.monotonic() > deadline):
                     break
             if result != scs.COMM_SUCCESS:
                 self.close()

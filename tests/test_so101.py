@@ -240,6 +240,28 @@ def test_a_port_that_is_missing_or_busy_and_a_box_out_of_reach_are_one_line_befo
         So101Arm(So101Settings(port=bus.port), calibration, far, lambda rng: (START, HOME_QUAT))
 
 
+def test_a_servo_that_answers_late_is_pinged_until_the_connect_timeout(bus, monkeypatch):
+    """A simulated arm still starting when its port appears (its servo silent a moment): the bus
+    pings it on for ``answer_within_s`` and connects once it answers; without that time, one
+    line naming the servo."""
+    import threading
+
+    from robot_rl.drivers import so101_bus
+    from robot_rl.drivers.so101_bus import So101Bus, So101Error
+
+    monkeypatch.setattr(so101_bus, "CONNECT_TRIES", 1)  # the time bound alone decides here
+    bus.silence(1)
+    with pytest.raises(So101Error, match=r"servo 1 \(shoulder_pan\) does not answer on"):
+        So101Bus(bus.port, [1, 2, 3, 4, 5, 6], latency_timer_ms=100)
+    answers = threading.Timer(0.5, bus.silence, (1, False))  # it starts answering while the bus pings
+    answers.start()
+    try:
+        connected = So101Bus(bus.port, [1, 2, 3, 4, 5, 6], latency_timer_ms=100, answer_within_s=120)
+        connected.close()
+    finally:
+        answers.cancel()
+
+
 @pytest.mark.parametrize("fault, says", [
     (lambda bus: bus.silence(3), "servo 3 (elbow_flex) does not answer on"),
     (lambda bus: bus.corrupt(10_000), "Incorrect status packet"),
