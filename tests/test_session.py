@@ -267,11 +267,16 @@ def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_
 
                 os.kill(teleop_pid, signal.SIGCONT)  # the operator's path is back
                 teleop_pid = None
+                resumed = len(arm_status)
                 probe.spin_until(lambda: latest(recorder_status)["episodes"] >= hung + 1
                                  and latest(actor_status)["recorded"] >= hung + 1, 120,
                                  "an episode committed after the operator came back")
                 assert latest(arm_status)["operator_present"] is True and supervisor.restarts["teleop"] == 0, lines
-                assert latest(actor_status)["dropped_arm_held"] == 1  # nothing dropped once the arm took commands
+                # nothing dropped once the arm took commands, unless it held once more: a loaded machine can
+                # starve the teleop node just back from SIGSTOP past the operator timeout (seen in CI: 2)
+                held_again = sum(json.loads(m.data).get("mode") == "operator_lost" for _, m in arm_status[resumed:])
+                dropped = latest(actor_status)["dropped_arm_held"]
+                assert dropped == 1 or (held_again and dropped <= 2), (dropped, held_again)
                 recorded = latest(actor_status)["recorded"]
                 probe.spin_until(lambda: latest(recorder_status)["episodes"] >= recorded
                                  and latest(steps)["episode"] >= recorded, 60, "the next episode under way")

@@ -125,8 +125,10 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
                 command(0.0)
             moved = poses[-1][1].pose.position.y - start
             # 4.5 cm, not the 9 of each command executed on arrival and again at the tick; a command
-            # late for its period (a loaded machine) lets the tick repeat the last one: 6 cm
-            assert 0.04 < moved < 0.065, moved
+            # late for its period (a loaded machine) lets the tick repeat the last one: 6 cm; the probe
+            # two periods late (a loaded machine) lets the watchdog hold the arm where it is, losing
+            # what was left of a step in flight (seen in CI: 3 cm)
+            assert 0.025 < moved < 0.065, moved
             assert arm.poll() is None and sim.poll() is None
         finally:
             probe.close()
