@@ -277,10 +277,9 @@ def record_demos_through_the_stack(job: MainJob) -> None:
     the servo bus's timing and load readings; a clone of the twin's demonstrations met other
     states there (docs/CALIBRATION.md, "The SO-101 through its ROS 2 stack") -> demos.zarr."""
     cfg, folder = job.cfg, job.run / "demos_stack"
-    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
     job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", "policy:=expert", "simulated_human:=0",
                  f"episodes:={cfg.demos}", "actor.keep:=successes", f"cameras:=[{','.join(POLICY_CAMERAS)}]",
-                 f"seed:={SEEDS['demos']}", f"run_dir:={folder}", env=env)
+                 f"seed:={SEEDS['demos']}", f"run_dir:={folder}", env=_ros_env())
     (folder / "online.zarr").rename(job.path("demos.zarr"))
     _remove(folder)  # the stack's pty link, calibration, logs and its idle learner's checkpoints
 
@@ -400,6 +399,11 @@ def verify_final(job: MainJob) -> None:
         raise _damaged(job, job.path("summary.json"), "it has no final figure")
 
 
+def _ros_env() -> dict:
+    """A stack's nodes discover each other on this machine only, unless the caller's environment says otherwise."""
+    return {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
+
+
 def train_through_ros(job: MainJob) -> None:
     """In: demos.zarr, classifier/. Out: the run trained through the ROS 2 stack: arm, cameras,
     actor, learner and recorder as separate nodes over DDS (loopback), in real time at 10 Hz."""
@@ -407,7 +411,6 @@ def train_through_ros(job: MainJob) -> None:
         raise MainJobError(f"{job.run}: the ROS 2 stack's training was cut off; it starts again only in a new "
                            "run: robot-rl main --stack ros (nothing was changed)")
     cfg = job.cfg
-    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
     # the SO-101's stack: its simulated arm on a serial pty, driven by the arm node's so101 backend,
     # with a simulated human in the loop
     human = []
@@ -419,7 +422,7 @@ def train_through_ros(job: MainJob) -> None:
                       f"learner.intervention_bc_steps:={1 if job.task.clone_corrections else 0}"]
     job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  f"demo_store:={job.path('demos.zarr')}", f"reward_classifier:={job.path('classifier')}",
-                 f"env_steps:={job.steps}", f"run_dir:={job.run}", *human, *cfg.train_args, env=env)
+                 f"env_steps:={job.steps}", f"run_dir:={job.run}", *human, *cfg.train_args, env=_ros_env())
 
 
 def grade_by_ground_truth(job: MainJob) -> None:
@@ -436,10 +439,9 @@ def grade_through_the_stack(job: MainJob) -> None:
     through so101_sim, where it was trained: the arm node's servo bus, its timing and its load
     readings, which the twin of ``robot-rl eval`` only approximates. Out: eval_stack.json."""
     cfg, grade = job.cfg, job.run / "grade"
-    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
     job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  "policy:=checkpoint", f"checkpoint:={job.run}", "simulated_human:=0",
-                 f"episodes:={cfg.final_eval_episodes}", f"run_dir:={grade}", env=env)
+                 f"episodes:={cfg.final_eval_episodes}", f"run_dir:={grade}", env=_ros_env())
     episodes = json.loads((grade / "actor_summary.json").read_text())["episode_log"]
     solved = sum(bool(e["ground_truth_solved"]) for e in episodes)
     _write_json(Path(job.path("eval_stack.json")), json.dumps(
