@@ -181,7 +181,9 @@ def test_the_arm_holds_while_the_operator_is_lost_until_the_teleop_node_is_back(
             publish_until(twist(-1.0), lambda: len(poses) >= mark + 10
                           and status_of()["counts"]["ignored_operator_lost"] > 0, 30, "commands ignored")
             held = np.array([m.pose.position.z for _, m in poses[mark:]])  # one pose per arm tick
-            assert np.all(np.abs(held - z_lost) < 2e-3)  # put, whatever it is told
+            # put, whatever it is told: 10 commands at full speed down would be 30 cm; the arm may still settle
+            # by a few mm from the rise it was held in (3.3 mm once in CI on a loaded machine)
+            assert np.all(np.abs(held - z_lost) < 6e-3), held - z_lost
             refused = probe.call(Trigger, topics.RESET)
             assert not refused.success and refused.message.startswith(topics.RESET_REFUSED_NO_OPERATOR)
 
