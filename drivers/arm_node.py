@@ -63,6 +63,11 @@ class ArmNodeConfig:
     # sim only: the twin advances one control period per actor command (velocity + gripper)
     # instead of on a timer, so a run is reproducible step for step (the arm waits for the actor)
     lockstep: bool = False
+    # a streaming backend (a real arm): each command restarts the control timer, so the next state is
+    # published one whole period after the command, as HIL-SERL's env steps (act, wait a period, observe):
+    # the state then shows the command's motion, not 40-60 ms of it (a servo arm takes more than the
+    # actor's leftover of a period to reach its goal). The loop runs at one period plus the actor's latency.
+    observe_after_command: bool = False
     task_file: str = ""  # a real cell's task file: workspace box, home joints, start pose, control rate
     # franka: the robot (franky-control); see drivers/franka.py FrankaSettings
     robot_ip: str = ""  # the FCI address of the arm (e.g. 172.16.0.2)
@@ -148,6 +153,9 @@ class ArmNode(Node):
         self.limits = ControlLimits(control_hz=cfg.control_hz)
         if cfg.lockstep and cfg.backend != "sim":
             raise InputError("lockstep:=true is for the sim twin only: a real arm keeps its own clock")
+        if cfg.observe_after_command and cfg.backend == "sim":
+            raise InputError("observe_after_command:=true is for a streaming (real) arm backend; the sim twin "
+                             "observes after a whole period of physics already (lockstep or its timer)")
         if cfg.backend == "sim" and cfg.task_file:
             raise InputError("task_file is for a real arm (a cell with no simulator behind it); the sim backend runs "
                              "the sim task named by task")
@@ -244,6 +252,8 @@ class ArmNode(Node):
             else:
                 self.execute()
                 self.executed_since_tick = True
+                if self.cfg.observe_after_command and self.timer is not None:
+                    self.timer.reset()  # the next tick (state, watchdog) one period from now
 
     def on_teleop_action(self, msg):
         values = np.asarray(msg.data, np.float64)

@@ -371,6 +371,8 @@ def test_the_arm_node_drives_the_simulated_so101_and_a_fault_is_one_status_line(
     ({"calibration": "OTHER_ARM"}, "motors ['waist'] are not an SO-101's"),
     ({"task_file": ""}, "arm backend so101 needs an SO-101 task file (robot: so101)"),
     ({"port": ""}, "arm backend so101 needs port"),
+    ({"backend": "sim", "task_file": "", "observe_after_command": "true"},
+     "observe_after_command:=true is for a streaming (real) arm backend"),
 ])
 def test_the_arm_node_refuses_a_bad_so101_setup_in_one_line_before_the_arm_moves(tmp_path, change, says):
     import subprocess

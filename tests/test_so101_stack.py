@@ -9,6 +9,8 @@ import json
 import socket
 import sys
 
+import time
+
 import numpy as np
 import pytest
 
@@ -75,7 +77,8 @@ def test_the_twins_cameras_render_the_so101_scene_they_are_sent(scene):
 def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_scene(tmp_path):
     """so101_sim_node and arm_node (so101) as the stack starts them: the arm waits for the bus, each
     command streamed in a period moves the TCP by its displacement once (not again at the tick), the
-    scene's state and cube pose come stamped as the arm's, and arm/reset places a new cube."""
+    next state comes a whole period after the command (observe_after_command) and shows its motion,
+    the scene's state and cube pose come stamped as the arm's, and arm/reset places a new cube."""
     from geometry_msgs.msg import PoseStamped, TwistStamped
     from std_msgs.msg import Float32, Float64MultiArray
     from std_srvs.srv import Trigger
@@ -90,7 +93,7 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
     sim_params = {"port": str(port), "calibration_out": str(calibration)}
     arm_params = {"backend": "so101", "task": "PickCubeSO101", "port": str(port), "calibration": str(calibration),
                   "port_wait_s": 120.0, "latency_timer_ms": 100.0, "scene_reset": "sim/reset_scene",
-                  "priority": "normal"}
+                  "priority": "normal", "observe_after_command": True}
     with node_process("robot_rl.drivers.arm_node", arm_params, domain, tmp_path) as arm, \
             node_process("robot_rl.drivers.so101_sim_node", sim_params, domain, tmp_path) as sim:
         probe = Probe(domain)
@@ -110,12 +113,18 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
             gripper = probe.node.create_publisher(Float32, topics.GRIPPER_COMMAND, 10)
             limits = ControlLimits()
 
+            sent: list[tuple[int, float]] = []  # (when, y before) of each moving command
+
             def command(dy: float) -> None:  # one command per arm state, as the actor sends them
                 seen = len(poses)
                 probe.spin_until(lambda: len(poses) > seen, 30, "the arm's next state")
+                time.sleep(0.05)  # the actor's latency: a command lands mid-period (timing what follows, not asserting it)
+                y = poses[-1][1].pose.position.y
                 velocity.publish(msgs.delta_to_twist(np.array([0, dy, 0, 0, 0, 0]), 0, limits.max_translation_m,
                                                      limits.max_rotation_rad, limits.control_hz))
                 gripper.publish(Float32(data=0.0))
+                if dy:
+                    sent.append((time.time_ns(), y))
 
             command(0.0)
             start = poses[-1][1].pose.position.y
@@ -124,6 +133,12 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
             for _ in range(12):
                 command(0.0)
             moved = poses[-1][1].pose.position.y - start
+            for when, y in sent:  # the first state after each command: a period later, the command's motion in it
+                stamp, pose = next((msgs.ns_from_stamp(m.header.stamp), m.pose.position.y) for _, m in poses
+                                   if msgs.ns_from_stamp(m.header.stamp) > when)
+                # without observe_after_command: 42-46 ms later, 8 mm of the first command's 15 shown
+                assert stamp - when >= 0.9e9 / limits.control_hz, (stamp - when) / 1e6
+                assert 0.8 * 0.015 < pose - y < 1.2 * 0.015, pose - y
             # 4.5 cm, not the 9 of each command executed on arrival and again at the tick; a command
             # late for its period (a loaded machine) lets the tick repeat the last one: 6 cm; the probe
             # two periods late (a loaded machine) lets the watchdog hold the arm where it is, losing
