@@ -12,7 +12,8 @@ from robot_rl.data.demos import load_demos
 from robot_rl.data.info import FORMAT_ATTRS
 from robot_rl.commands.record import record_rollouts
 from robot_rl.data.recorder import EpisodeRecorder, transitions
-from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
+from robot_rl.data.schema import FRAME_FIELDS
+from robot_rl.data.store import EpisodeStore, StoreError
 from robot_rl.envs import make_env
 from robot_rl.rollout import collect_demos
 from tests.helpers.common import synthetic_episode  # noqa: E402

@@ -27,7 +27,8 @@ from zarr.codecs import BloscCodec
 
 from robot_rl.data.demos import load_demos
 from robot_rl.data.recorder import flatten_observation, store_fields
-from robot_rl.data.store import EpisodeStore, episode_digest
+from robot_rl.data.schema import episode_digest
+from robot_rl.data.store import EpisodeStore
 
 IMAGE_SIZE = (128, 128)
 CAMERAS = ("front", "wrist")

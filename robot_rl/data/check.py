@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.data import chunks
-from robot_rl.data.store import INTEGRITY, MOVED, EpisodeStore
+from robot_rl.data.schema import INTEGRITY, MOVED
+from robot_rl.data.store import EpisodeStore
 from robot_rl.data.tools import format_episodes
 from robot_rl.errors import InputError
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.data.store import ARRAY_DIGESTS, DIGESTS, FRAME_FIELDS, EpisodeStore
+from robot_rl.data.schema import ARRAY_DIGESTS, DIGESTS, FRAME_FIELDS
+from robot_rl.data.store import EpisodeStore
 
 INDEX = "meta/episode_ends"
 # the store's own attributes: shown in the header, the others under "recorded with"

@@ -8,7 +8,8 @@ import numpy as np
 
 from robot_rl.data.info import info  # noqa: F401 - robot_rl.data.tools.info, as before
 from robot_rl.data.output import written_whole
-from robot_rl.data.store import FRAME_FIELDS, EpisodeStore, StoreError
+from robot_rl.data.schema import FRAME_FIELDS
+from robot_rl.data.store import EpisodeStore, StoreError
 
 
 def parse_episodes(spec: str | None, n: int) -> list[int]:
