@@ -22,7 +22,7 @@ def declare_config(node, config_cls):
     ``choices`` is one line naming the parameter."""
     from rcl_interfaces.msg import ParameterDescriptor
 
-    from robot_rl.config import check_values, field_default, parse_key_values
+    from robot_rl.config_values import check_values, field_default, parse_key_values
 
     hints = typing.get_type_hints(config_cls)
     values = {}

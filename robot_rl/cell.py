@@ -190,7 +190,7 @@ TOP_OPTIONAL = ("classifier",)
 
 def load_task_file(path) -> CellTask:
     """The task a YAML task file describes, checked whole (see the module's doc)."""
-    from robot_rl.config import read_yaml_file
+    from robot_rl.config_values import read_yaml_file
 
     path = Path(path)
     r = _Reader(path)

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import typing
 
-from robot_rl.config import ConfigError, check_values, field_default, parse_key_values
+from robot_rl.config_values import ConfigError, check_values, field_default, parse_key_values
 
 # shortcuts for SAC settings of ``agent``, kept from before the generator (the docs and
 # scripts use them): option -> (SACConfig key, argparse keywords)

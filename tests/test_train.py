@@ -203,9 +203,9 @@ def test_classifier_reward_drives_training_and_ground_truth_grades_it(tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert config["demo_source"] == s["demo_source"] == ("1 scripted expert demonstrations (action noise 0.1), "
                                                          "recorded at the start")
-    from robot_rl.config import read_config_file
+    from robot_rl.config_values import read_config_file
 
-    assert read_config_file(run / "config.json")["demos"] == 1  # a run's config.json is a valid --config file
+    assert read_config_file(run / "config.json", TrainConfig)["demos"] == 1  # a run's config.json is a valid --config file
     with pytest.raises(ReportError, match="no summary.json"):
         write_report(tmp_path)
     # the partly trained policy's rollouts recorded for classifier work (robot-rl record --policy)

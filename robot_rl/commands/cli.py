@@ -67,11 +67,11 @@ def _cmd_bench(args) -> int:
 
 def _train_overrides(args) -> dict:
     """The TrainConfig fields given: ``--config FILE.yaml``'s, then the options' on top."""
-    from robot_rl.config import read_config_file
     from robot_rl.config_cli import config_overrides, merge_overrides
+    from robot_rl.config_values import read_config_file
 
     given = config_overrides(args, TrainConfig)
-    return merge_overrides(read_config_file(args.config), given) if args.config else given
+    return merge_overrides(read_config_file(args.config, TrainConfig), given) if args.config else given
 
 
 def _cmd_train(args) -> int:

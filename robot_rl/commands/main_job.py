@@ -52,7 +52,8 @@ from typing import Callable
 
 import robot_rl
 from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION
-from robot_rl.config import ConfigError, MainJobConfig, check_values
+from robot_rl.config import MainJobConfig
+from robot_rl.config_values import ConfigError, check_values
 from robot_rl.errors import InputError, UserFacingError
 
 JOB_FILE = "main_job.json"

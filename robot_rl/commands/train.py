@@ -24,7 +24,8 @@ import torch
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.agent_setup import agent_config_for, check_train_config
 from robot_rl.base_policy import with_base_policy
-from robot_rl.config import TrainConfig, demo_source, kept_on_resume, task_name
+from robot_rl.config import TrainConfig, kept_on_resume, task_name
+from robot_rl.config_values import demo_source
 from robot_rl.contract import Transition
 from robot_rl.actor import ActorLoop, LearnerClient
 from robot_rl.envs import FlatObservation, make_cell_env, obs_spec

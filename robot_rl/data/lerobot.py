@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import read_map_file
+from robot_rl.config_values import read_map_file
 from robot_rl.contract import ACTION_DIM
 from robot_rl.data.output import written_whole
 from robot_rl.data.recorder import PRIVILEGED_PREFIX

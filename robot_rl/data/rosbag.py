@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from robot_rl.config import read_yaml_file
+from robot_rl.config_values import read_yaml_file
 from robot_rl.contract import ACTION_DIM, STATE_DIM, STATE_SLICES
 from robot_rl.data.output import remove, written_whole
 from robot_rl.data.recorder import PRIVILEGED_PREFIX

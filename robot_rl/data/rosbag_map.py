@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import read_map_file
+from robot_rl.config_values import read_map_file
 from robot_rl.contract import ACTION_DIM, STATE_DIM, STATE_SLICES, ControlLimits, state_quat
 from robot_rl.data.output import written_whole
 from robot_rl.data.rosbag import FINGERS, RosbagError, pixels, read_topics

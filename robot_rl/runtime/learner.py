@@ -44,7 +44,8 @@ from pathlib import Path
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
-from robot_rl.config import LearningConfig, TrainConfig, config_from_dict
+from robot_rl.config import LearningConfig, TrainConfig
+from robot_rl.config_values import config_from_dict
 from robot_rl.errors import UserFacingError
 from robot_rl.replay import BatchStaging, MixedReplay, ReplayBuffer, spec_from_json, spec_to_json
 from robot_rl.runtime.checkpoint import (check_same_encoder, load_agent, load_replay, read_agent_config,

@@ -125,7 +125,7 @@ def human_steps_in(stretches: list[list[int]], lo: int, hi: int) -> int:
 def curve_title(evals: list[dict], cfg) -> str:
     """The learning curve's title: the task, the run's final figure (the last evaluation, as
     summary.json and report.md state it) and where the demonstrations came from."""
-    from robot_rl.config import demo_source
+    from robot_rl.config_values import demo_source
 
     last = evals[-1]
     final = f"final success {last['success_rate']:.2f} over {last.get('episodes', '?')} episodes"
