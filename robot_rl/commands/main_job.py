@@ -31,34 +31,29 @@ SO-101 task ``so101_sim``: its simulated arm on a serial pty, a simulated human 
 policy alone through the stack it trained in). ``main_job.json`` in the run folder keeps the config, the version and each
 finished stage, so ``robot-rl main --resume RUN`` verifies the finished stages' outputs and
 continues from the first stage not finished (a training stage from its newest checkpoint).
+How a stage's commands run (child processes, progress lines, a stop signal passed on, the
+record written whole): main_job_runner.py.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import os
-import queue
-import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import robot_rl
 from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION
+from robot_rl.commands.main_job_runner import (
+    JOB_FILE, JOB_FORMAT, MainJobError, Stage, StageRunner, about_minutes, clock, remove_path, write_json_result,
+)
 from robot_rl.config import MainJobConfig
 from robot_rl.config_values import ConfigError, check_values
 from robot_rl.errors import InputError, UserFacingError
 
-JOB_FILE = "main_job.json"
-JOB_FORMAT = 1
-PROGRESS_EVERY_S = float(os.environ.get("PROGRESS_EVERY", "20"))  # a "still running" line after this long silent
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
 IMAGE_SIZE = "64"
 TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
@@ -66,40 +61,15 @@ SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 3
 STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates and evaluations, 2 CPU cores
 
 
-class MainJobError(UserFacingError):
-    """A main job that cannot start or go on: one line (exit 2), nothing changed."""
-
-
-class StageFailed(UserFacingError):
-    """A stage's command failed (its output is above); the finished stages are kept."""
-
-
-class JobStopped(Exception):
-    """SIGINT / SIGTERM: the running command was told and has stopped (a training checkpoints)."""
-
-    def __init__(self, signum: int, run: Path):
-        super().__init__(signum)
-        self.signum, self.run = signum, run
-
-
 # ------------------------------------------------------------------ the job
-@dataclass
-class Stage:
-    name: str  # its key in main_job.json
-    title: Callable[["MainJob"], str]  # what the stage line says
-    expected: Callable[["MainJob"], str]
-    run: Callable[["MainJob"], None]
-    verify: Callable[["MainJob"], None]  # raises MainJobError naming the output that does not verify
-    outputs: tuple[str, ...] = ()  # removed before the stage starts again (a training stage resumes instead)
-
-
-class MainJob:
-    """One main job: its config, its run folder, its record (``main_job.json``) and the clock."""
+class MainJob(StageRunner):
+    """One main job: its config, its task and its stages, run by ``StageRunner`` (main_job_runner.py)."""
 
     def __init__(self, cfg: MainJobConfig, run: Path, record: dict, log: Callable[[str], None] = print):
         from robot_rl.sim import get_task
 
-        self.cfg, self.run, self.record, self.log = cfg, run, record, log
+        super().__init__(run, record, log)
+        self.cfg = cfg
         self.task = get_task(cfg.task)
         if cfg.stack == "ros" and cfg.eagerness > 0 and self.ros_stack != "so101_sim":
             raise MainJobError(f"--human {cfg.human}: the ROS 2 stack of {cfg.task} ({self.ros_stack}) trains without a "
@@ -107,10 +77,6 @@ class MainJob:
         self.steps = cfg.steps or self.task.main_job_steps
         self.round1 = self.steps * 3 // 4
         self.stages = stages_of(self)
-        self.started = time.monotonic()
-        self.stop_signal: int | None = None
-        self._children: list[subprocess.Popen] = []
-        self.stage_number, self.stage_title, self.stage_started = 0, "start", self.started
 
     @property
     def demos_through_the_stack(self) -> bool:
@@ -138,117 +104,6 @@ class MainJob:
     def classifier(self) -> str:
         """The reward's classifier of this moment: round 2 may have retrained it."""
         return self.path(self.record.get("classifier", "classifier"))
-
-    def save_record(self) -> None:
-        tmp = self.run / f".{JOB_FILE}.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1) + "\n")
-        os.replace(tmp, self.run / JOB_FILE)
-
-    # ---------------------------------------------------------- running commands
-    def robot_rl(self, *args: str, env: dict | None = None) -> str:
-        """``robot-rl ARGS`` in a child process, its output passed through (a "still running" line
-        after each PROGRESS_EVERY_S without one); returns its last line. A failure raises
-        StageFailed, a stop signal JobStopped once the child has stopped."""
-        self.log(f"$ robot-rl {' '.join(args)}")
-        lines: queue.Queue = queue.Queue()
-        proc = subprocess.Popen([sys.executable, "-m", "robot_rl.commands.cli", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                                start_new_session=True, preexec_fn=_stop_with_parent)
-        self._children.append(proc)
-        threading.Thread(target=_pass_lines, args=(proc, lines), daemon=True).start()
-        last = ""
-        try:
-            while (line := self._next_line(lines)) is not None:
-                self.log(line)
-                last = line
-            code = proc.wait()
-        finally:
-            self._children.remove(proc)
-        if self.stop_signal is not None:
-            raise JobStopped(self.stop_signal, self.run)
-        if code != 0:
-            raise StageFailed(f"stage {self.stage_number} of {len(self.stages)} ({self.stage_title}) failed: "
-                              f"robot-rl {args[0]} exited with status {code} (its output is above); the stages "
-                              f"before are kept: go on with robot-rl main --resume {self.run}")
-        return last
-
-    def _next_line(self, lines: queue.Queue) -> str | None:
-        """The child's next line (None at its end), a "still running" line after each silent stretch."""
-        while True:
-            try:
-                return lines.get(timeout=PROGRESS_EVERY_S)
-            except queue.Empty:
-                self.log(f"   ... still running: {self.stage_title} ({_clock(time.monotonic() - self.stage_started)} "
-                         f"in this stage, job time {_clock(time.monotonic() - self.started)})")
-
-    def stop(self, signum: int, frame=None) -> None:
-        """SIGINT / SIGTERM: tell the running commands once (a training checkpoints and stops)."""
-        self.stop_signal = signum
-        for proc in list(self._children):
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    # ---------------------------------------------------------- the stages in order
-    def run_stages(self) -> None:
-        done = self.record["stages"]
-        for k, stage in enumerate(self.stages, start=1):
-            if stage.name in done:
-                continue
-            self.stage_number, self.stage_title, self.stage_started = k, stage.title(self), time.monotonic()
-            self.log(f"== stage {k} of {len(self.stages)}: {self.stage_title} (expected {stage.expected(self)}; job "
-                     f"time {_clock(self.stage_started - self.started)}) ==")
-            for name in stage.outputs:  # what an earlier attempt left half-written
-                _remove(self.run / name)
-            stage.run(self)
-            done[stage.name] = {"wall_s": round(time.monotonic() - self.stage_started, 1),
-                                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            self.save_record()
-
-    @property
-    def wall_s(self) -> float:
-        """The stages' wall time in all (each stage's last attempt)."""
-        return sum(s["wall_s"] for s in self.record["stages"].values())
-
-
-def _pass_lines(proc: subprocess.Popen, lines: queue.Queue) -> None:
-    for line in proc.stdout:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def _stop_with_parent() -> None:
-    """In the child: SIGTERM when the main job's process dies (a kill -9 of it), so that no
-    training goes on unseen; it checkpoints and stops as on any SIGTERM (Linux; elsewhere nothing)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 60}:{s % 60:02d}"
-
-
-def _minutes(seconds: float) -> str:
-    return f"about {max(1, int(-(-seconds // 60)))} min"
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
-
-
-def _write_json(path: Path, line: str) -> None:
-    """A command's last line, its JSON result, kept in ``path``."""
-    try:
-        json.loads(line)
-    except json.JSONDecodeError:
-        raise StageFailed(f"expected a JSON result as the last line for {path}, got {line!r}") from None
-    path.write_text(line + "\n")
 
 
 # ------------------------------------------------------------------ stage 1: data
@@ -282,7 +137,7 @@ def record_demos_through_the_stack(job: MainJob) -> None:
                  f"episodes:={cfg.demos}", "actor.keep:=successes", f"cameras:=[{','.join(POLICY_CAMERAS)}]",
                  f"seed:={SEEDS['demos']}", f"run_dir:={folder}", env=_ros_env())
     (folder / "online.zarr").rename(job.path("demos.zarr"))
-    _remove(folder)  # the stack's pty link, calibration, logs and its idle learner's checkpoints
+    remove_path(folder)  # the stack's pty link, calibration, logs and its idle learner's checkpoints
 
 
 def verify_data(job: MainJob) -> None:
@@ -361,7 +216,7 @@ def check_classifier_on_the_policy(job: MainJob) -> None:
     and, above the false-positive target, classifier_round2/ retrained with the hard negatives."""
     rollouts = _rollouts(job, "policy_rollouts_round1.zarr", SEEDS["rollouts_round1"])
     figures = job.path("classifier_round1_on_the_trained_policy.json")
-    _write_json(Path(figures), job.robot_rl("classifier", "eval", "--classifier", job.path("classifier"),
+    write_json_result(Path(figures), job.robot_rl("classifier", "eval", "--classifier", job.path("classifier"),
                                             "--data", rollouts))
     fpr = json.loads(Path(figures).read_text())["fpr"]
     job.record["classifier"] = "classifier"
@@ -371,7 +226,7 @@ def check_classifier_on_the_policy(job: MainJob) -> None:
         return
     job.log(f"the classifier's false-positive rate on the policy's rollouts ({fpr:.4f}) is above its target "
             f"({TARGET_FPR}): retraining with them")
-    _write_json(Path(job.path("classifier_round2_validation.json")), job.robot_rl(
+    write_json_result(Path(job.path("classifier_round2_validation.json")), job.robot_rl(
         "classifier", "hard-negatives", "--classifier", job.path("classifier"), "--rollouts", rollouts,
         "--out", job.path("hard_negatives.zarr"), "--retrain", job.path("classifier_round2")))
     if (job.run / "classifier_round2" / "classifier.safetensors").is_file():
@@ -429,7 +284,7 @@ def train_through_ros(job: MainJob) -> None:
 def grade_by_ground_truth(job: MainJob) -> None:
     """In: the ROS-trained run. Out: eval.json, the final policy over 50 episodes by ground truth on
     the twin; for the SO-101 also eval_stack.json, the same policy alone through its stack."""
-    _write_json(Path(job.path("eval.json")), job.robot_rl("eval", "--checkpoint", str(job.run), "--episodes",
+    write_json_result(Path(job.path("eval.json")), job.robot_rl("eval", "--checkpoint", str(job.run), "--episodes",
                                                           str(job.cfg.final_eval_episodes)))
     if job.ros_stack == "so101_sim":
         grade_through_the_stack(job)
@@ -445,7 +300,7 @@ def grade_through_the_stack(job: MainJob) -> None:
                  f"episodes:={cfg.final_eval_episodes}", f"run_dir:={grade}", env=_ros_env())
     episodes = json.loads((grade / "actor_summary.json").read_text())["episode_log"]
     solved = sum(bool(e["ground_truth_solved"]) for e in episodes)
-    _write_json(Path(job.path("eval_stack.json")), json.dumps(
+    write_json_result(Path(job.path("eval_stack.json")), json.dumps(
         {"stack": job.ros_stack, "checkpoint": str(job.run), "policy": "deterministic", "episodes": len(episodes),
          "successes": solved, "success_rate": solved / max(1, len(episodes))}))
 
@@ -461,7 +316,7 @@ def measure_and_report(job: MainJob) -> None:
     """In: the final policy, the classifier of this moment. Out: its figures on the policy's
     rollouts and report.md (curves, both rounds' classifier figures)."""
     rollouts = _rollouts(job, "policy_rollouts.zarr", SEEDS["rollouts_final"])
-    _write_json(Path(job.path("classifier_on_the_trained_policy.json")),
+    write_json_result(Path(job.path("classifier_on_the_trained_policy.json")),
                 job.robot_rl("classifier", "eval", "--classifier", job.classifier, "--data", rollouts))
     wall = [] if job.cfg.stack == "ros" else ["--job-wall-s", f"{job.wall_s + time.monotonic() - job.stage_started:.1f}"]
     job.robot_rl("report", str(job.run), *wall)
@@ -484,14 +339,14 @@ def stages_of(job: MainJob) -> list[Stage]:
               lambda j: "about 2 min" if j.demos_through_the_stack else "about 1 min", record_data,
               verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
-                                      "for 1% false positives", lambda j: _minutes(cfg.classifier_steps * 0.09),
+                                      "for 1% false positives", lambda j: about_minutes(cfg.classifier_steps * 0.09),
               train_success_classifier, verify_classifier, ("classifier",)),
     ]
     if cfg.stack == "ros":
         return stages + [
             Stage("train_ros", lambda j: f"train through the ROS 2 stack {j.ros_stack} ({j.steps} env steps in real "
                                          f"time at 10 Hz; arm, cameras, actor, learner, recorder{human})",
-                  lambda j: _minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
+                  lambda j: about_minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
             Stage("grade", lambda j: f"grade the final policy by ground truth ({cfg.final_eval_episodes} episodes: the "
                                      "run's final figure, eval.json" + (
                                          "; and alone through the stack, eval_stack.json"
@@ -509,7 +364,7 @@ def stages_of(job: MainJob) -> list[Stage]:
     ms = STEP_MS[cfg.observation]
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task} from {cfg.observation} for {j.round1} env steps with the "
-                                  f"classifier's reward (SAC/RLPD){human}", lambda j: _minutes(j.round1 * ms / 1000),
+                                  f"classifier's reward (SAC/RLPD){human}", lambda j: about_minutes(j.round1 * ms / 1000),
               train_round_1, lambda j: verify_round(j, j.round1)),
         Stage("check", lambda j: f"check the classifier on the round-1 policy's own rollouts ({cfg.rollout_episodes} "
                                  "episodes); retrain it above 1% false positives",
@@ -518,7 +373,7 @@ def stages_of(job: MainJob) -> list[Stage]:
                "classifier_round2", "classifier_round2_validation.json")),
         Stage("round2", lambda j: f"train round 2 to {j.steps} env steps, then grade by ground truth "
                                   f"({cfg.final_eval_episodes} episodes: the run's final figure)",
-              lambda j: _minutes((j.steps - j.round1) * ms / 1000 + 30), train_round_2, verify_final),
+              lambda j: about_minutes((j.steps - j.round1) * ms / 1000 + 30), train_round_2, verify_final),
         Stage("report", lambda j: f"measure the classifier on the final policy's rollouts ({cfg.rollout_episodes} "
                                   "episodes) and write report.md", lambda j: "about 1 min", measure_and_report,
               verify_report, ("policy_rollouts.zarr", "classifier_on_the_trained_policy.json")),
@@ -591,7 +446,7 @@ def _remove_all_but_finished_outputs(job: MainJob) -> None:
             keep.update(stage.outputs)
     for path in job.run.iterdir():
         if path.name not in keep:
-            _remove(path)
+            remove_path(path)
 
 
 # ------------------------------------------------------------------ start and resume
@@ -679,7 +534,7 @@ def run_main_job(cfg: MainJobConfig | None = None, resume_run: str | None = None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    log(f"done in {_clock(time.monotonic() - job.started)}. Run folder: {job.run} (report.md, classifier/, "
+    log(f"done in {clock(time.monotonic() - job.started)}. Run folder: {job.run} (report.md, classifier/, "
         "encoder/, demos.zarr, checkpoints/, and summary.json + learning_curve.png + tensorboard/ or, with --stack "
         "ros, actor_summary.json + eval.json + online.zarr)")
     return job
