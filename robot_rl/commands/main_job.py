@@ -344,9 +344,12 @@ def stages_of(job: MainJob) -> list[Stage]:
     ]
     if cfg.stack == "ros":
         return stages + [
+            # so101_sim observes a whole period after each command (observe_after_command): a step takes the
+            # period plus the actor's latency, about 130 ms
             Stage("train_ros", lambda j: f"train through the ROS 2 stack {j.ros_stack} ({j.steps} env steps in real "
                                          f"time at 10 Hz; arm, cameras, actor, learner, recorder{human})",
-                  lambda j: about_minutes(j.steps / 10 + 120), train_through_ros, lambda j: verify_round(j, j.steps)),
+                  lambda j: about_minutes(j.steps * (0.13 if j.ros_stack == "so101_sim" else 0.1) + 120),
+                  train_through_ros, lambda j: verify_round(j, j.steps)),
             Stage("grade", lambda j: f"grade the final policy by ground truth ({cfg.final_eval_episodes} episodes: the "
                                      "run's final figure, eval.json" + (
                                          "; and alone through the stack, eval_stack.json"
