@@ -146,7 +146,7 @@ class ActorNode(Node):
                     episode=actor.stats.episodes - (result.episode is not None), step=result.episode_step,
                     reward=result.reward, episode_return=result.episode_return,
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
-                    success=result.success)))
+                    success=result.success, episode_over=result.episode is not None)))
         self.wait_for_recorder(stop)  # if it stopped on its own, the supervisor stops the recorder next
         self.publish_status()
 

@@ -111,6 +111,16 @@ class SimulatedHumanInput:
             self.watching = True
             self.latest = TeleopInput(np.zeros(7, np.float32), False)
 
+    def episode_over(self) -> None:
+        """The actor's episode ended: nothing to correct until its next one starts. Watching on
+        through the arm's reset would judge the new episode's first state against the old
+        episode's progress ("progress fell") and take over at its first step, with an action
+        decided on the reset's states (measured: the first takeover at step 0 in nearly every
+        so101_sim episode, each such step a false correction in the demo buffer)."""
+        with self.lock:
+            self.watching = False
+            self.latest = TeleopInput(np.zeros(7, np.float32), False)
+
     def read(self) -> TeleopInput:
         with self.lock:
             return self.latest
@@ -269,11 +279,15 @@ class TeleopNode(Node):
     def _on_step(self, msg) -> None:
         self.step = step = json.loads(msg.data)
         self.last_linked = time.monotonic()
-        if step.get("episode") != self.episode:  # the actor started an episode: the simulated human watches anew
-            self.episode = step.get("episode")
-            for device in self.inputs:
-                if isinstance(device, SimulatedHumanInput):
-                    device.new_episode()
+        humans = [device for device in self.inputs if isinstance(device, SimulatedHumanInput)]
+        if step.get("episode_over"):  # the simulated human stands by through the reset
+            self.episode = None
+            for device in humans:
+                device.episode_over()
+        elif step.get("episode") != self.episode or step.get("step") == 1:  # an episode started (a dropped one's
+            self.episode = step.get("episode")                              # number comes again): watch anew
+            for device in humans:
+                device.new_episode()
 
     def _on_status(self, msg) -> None:
         status = json.loads(msg.data)

@@ -175,7 +175,9 @@ def test_a_scene_reset_nobody_serves_fails_the_arms_reset_in_one_line(tmp_path):
 def test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus(tmp_path):
     """``robot-rl launch so101_sim policy:=expert``: the simulated arm on its pty, the arm node's
     so101 backend, the twin's cameras, teleop, recorder, learner and actor; the expert picks the
-    cube through all of it, a new cube each episode."""
+    cube through all of it, a new cube each episode. The simulated human watches it: standing by
+    through each reset, it never takes over an episode's first step (it did in nearly every
+    episode while it judged the new episode's first state against the last one's progress)."""
     from robot_rl.data.store import EpisodeStore
     from tests.helpers.ros import free_domain_id, ros_environment, run_stack
 
@@ -184,7 +186,7 @@ def test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus(tmp_path):
         console = s.getsockname()[1]
     run_dir = tmp_path / "run"
     out = run_stack([sys.executable, "-m", "robot_rl.commands.cli", "launch", "so101_sim", "policy:=expert",
-                     "simulated_human:=0", "episodes:=3", f"run_dir:={run_dir}", f"console_port:={console}",
+                     "simulated_human:=0.5", "episodes:=3", f"run_dir:={run_dir}", f"console_port:={console}",
                      "control_priority:=normal"], ros_environment(free_domain_id()), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "arm (so101, PickCubeSO101)" in out.stdout
@@ -194,6 +196,7 @@ def test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus(tmp_path):
     assert len(episodes) == 3, out.stdout[-3000:]
     successes = sum(bool(e["success"].any()) for e in episodes)
     assert successes >= len(episodes) - 1, summary["episode_log"]  # the expert: one may fail on a loaded machine
+    assert not any(e["is_intervention"][0] for e in episodes), [e["is_intervention"].tolist() for e in episodes]
     firsts = np.array([e["privileged_cube"][0, :2] for e in episodes])
     assert np.all(np.linalg.norm(np.diff(firsts, axis=0), axis=1) > 1e-3)  # a new cube each episode
     lifted = [e for e in episodes if e["success"].any()][0]
