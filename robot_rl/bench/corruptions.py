@@ -289,18 +289,23 @@ def checkpoint_detects(run: Path, damaged: Path) -> tuple[bool, str]:
         return (str(damaged) in message or str(ckpt) in message) and "\n" not in message, message
 
 
+def each_on_a_copy(source: Path, damages: dict, detects, work: Path, suffix: str, results: dict, log) -> None:
+    """Each damage (name -> function damaging a folder, returning the file it damaged) on a fresh
+    copy of ``source``; ``detects(copy, damaged)`` -> (detected, message) goes into ``results``."""
+    for name, damage in damages.items():
+        copy = work / f"{name}{suffix}"
+        shutil.copytree(source, copy)
+        results[name], message = detects(copy, damage(copy))
+        log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+
+
 def corruptions(work: Path, rng: random.Random, log, quick: bool = False) -> dict:
     from robot_rl.runtime.checkpoint import latest_checkpoint
 
     good_store = work / "corrupt-source.zarr"
     synthetic_store(good_store, 12, seed=7)
     results: dict[str, bool] = {}
-    for name, damage in store_damage(good_store, rng).items():
-        copy = work / f"{name}.zarr"
-        shutil.copytree(good_store, copy)
-        damaged = damage(copy)
-        results[name], message = store_detects(copy, damaged)
-        log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+    each_on_a_copy(good_store, store_damage(good_store, rng), store_detects, work, ".zarr", results, log)
 
     copy = work / "store_camera_shards_swapped.zarr"
     shutil.copytree(good_store, copy)
@@ -315,12 +320,7 @@ def corruptions(work: Path, rng: random.Random, log, quick: bool = False) -> dic
     child = Child(CLI + train_args(good_run, 400, 200))
     if child.finish(1200) != 0:
         raise RuntimeError(f"the small training run failed:\n{child.output()[-2000:]}")
-    for name, damage in checkpoint_damage(good_run, rng).items():
-        copy = work / name
-        shutil.copytree(good_run, copy)
-        damaged = damage(copy)
-        results[name], message = checkpoint_detects(copy, damaged)
-        log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
+    each_on_a_copy(good_run, checkpoint_damage(good_run, rng), checkpoint_detects, work, "", results, log)
 
     copy = work / "store_disk_full.zarr"
     shutil.copytree(good_store, copy)
