@@ -207,6 +207,7 @@ class ArmNode(Node):
         self.last_mode = None
         self.commanded: set[str] = set()  # lockstep and streaming: the parts of the next command received so far
         self.executed_since_tick = False  # streaming: a command executed on arrival since the last tick
+        self.executed_at = 0.0  # observe_after_command: when (monotonic) the last command was executed
         self.timer = None if cfg.lockstep else self.create_timer(1.0 / cfg.control_hz, self.tick)
         self.publish_state()
         self.get_logger().info(f"arm ({cfg.backend}, {cfg.task}) at {cfg.control_hz:g} Hz; watchdog "
@@ -253,6 +254,7 @@ class ArmNode(Node):
                 self.execute()
                 self.executed_since_tick = True
                 if self.cfg.observe_after_command and self.timer is not None:
+                    self.executed_at = time.monotonic()
                     self.timer.reset()  # the next tick (state, watchdog) one period from now
 
     def on_teleop_action(self, msg):
@@ -331,6 +333,9 @@ class ArmNode(Node):
         self.applied = (action, self.supervisor.mode == "teleop")
 
     def tick(self):
+        if (self.cfg.observe_after_command and self.executed_since_tick
+                and time.monotonic() - self.executed_at < 0.5 / self.cfg.control_hz):
+            return  # a tick the executor had taken before the command reset the timer: the next comes a period on
         if not self.executed_since_tick:  # no command this period: the last again, a hold, or the operator's
             self.execute()
         self.executed_since_tick = False
