@@ -300,7 +300,7 @@ class SimCamera:
         self.name, self.size = name, (int(size[0]), int(size[1]))
         sim_task = get_task(task)
         if sim_task.robot == "so101":
-            from robot_rl.sim.so101_description import So101Sim
+            from robot_rl.sim.so101_physics import So101Sim
             from robot_rl.sim.so101_env import CAMERAS
 
             cameras = CAMERAS

@@ -13,7 +13,7 @@ contract as the twin and the Franka.
   are dropped (counted, ``rotations_projected``); its yaw part turns the target. Each period the
   target (the displacements added up, clipped to the workspace box and the yaw bound) becomes
   joint goals by damped least squares on the arm's kinematic model
-  (robot_rl/sim/so101_description.py), the position first and the orientation in what it leaves
+  (robot_rl/sim/so101_kinematics.py), the position first and the orientation in what it leaves
   free; a target the arm cannot reach within ``IK_TOLERANCE_M`` keeps the last reachable one
   (counted, ``ik_misses``).
 - **Faults**, read from the bus each period, stop the arm safely with one line on ``arm/status``:
@@ -37,7 +37,9 @@ from robot_rl.contract import STATE_DIM, ControlLimits, GripperCommand, SafetyBo
 from robot_rl.drivers import feetech as ft
 from robot_rl.drivers.so101_bus import JOINTS, RETRIES, BusError, So101Bus, So101Calibration, So101Error
 from robot_rl.errors import InputError, UserFacingError
-from robot_rl.sim.so101_description import IK_TOLERANCE_M, TCP_TO_CONTRACT
+from robot_rl.sim import so101_kinematics as kinematics
+from robot_rl.sim.so101_description import HOME, LIMITS, SERVO_STALL_TORQUE_NM
+from robot_rl.sim.so101_kinematics import IK_TOLERANCE_M, TCP_TO_CONTRACT
 
 log = logging.getLogger("robot_rl.so101")
 
@@ -57,19 +59,17 @@ class So101Settings:
 
 
 class So101Arm:
-    """An ``ArmBackend`` for the SO-101 on ``settings.port`` with ``calibration``. ``kinematics``:
-    the arm's model (``robot_rl.sim.so101_description``); ``start_pose(rng) -> (position, quat)``
+    """An ``ArmBackend`` for the SO-101 on ``settings.port`` with ``calibration``. The arm's
+    kinematics: its model's (``robot_rl.sim.so101_kinematics``); ``start_pose(rng) -> (position, quat)``
     as the Franka's: where each episode starts."""
 
     def __init__(self, settings: So101Settings, calibration: So101Calibration, safety_box: SafetyBox,
                  start_pose: Callable, limits: ControlLimits = ControlLimits(), uses_gripper: bool = True,
                  seed: int = 0):
-        from robot_rl.sim import so101_description as model
-
-        self.model, self.settings, self.calibration = model, settings, calibration
+        self.settings, self.calibration = settings, calibration
         self.safety_box, self.limits, self.control_hz = safety_box, limits, limits.control_hz
         self.start_pose, self.uses_gripper = start_pose, uses_gripper
-        self.joint_limits = np.array([model.LIMITS[name] for name in JOINTS])
+        self.joint_limits = np.array([LIMITS[name] for name in JOINTS])
         self.rng = np.random.default_rng(seed)
         self.episode = 0
         self.counts = {"reads": 0, "commands": 0, "faults": 0, "retries": 0, "ik_misses": 0,
@@ -95,7 +95,7 @@ class So101Arm:
 
         for corner in itertools.product(*zip(box.low, box.high)):
             corner = np.asarray(corner, np.float64)
-            errors = [self.solve(corner, 0.0, start)[1] for start in (self.model.HOME, np.r_[np.zeros(5), 1.0])]
+            errors = [self.solve(corner, 0.0, start)[1] for start in (HOME, np.r_[np.zeros(5), 1.0])]
             if min(errors) > IK_TOLERANCE_M:
                 raise InputError(f"workspace box corner {[round(float(v), 3) for v in corner]} is out of the SO-101's reach "
                                  f"({min(errors) * 1000:.0f} mm short); shrink the box (its base frame: x forward, "
@@ -189,7 +189,7 @@ class So101Arm:
 
     def _state_vector(self, q: np.ndarray, qd: np.ndarray, load: np.ndarray) -> np.ndarray:
         """The contract's state from the servos: their loads (per mille of the stall torque) as torques."""
-        return self.model.contract_state(q, qd, load / ft.LOAD_PER_MILLE * self.model.SERVO_STALL_TORQUE_NM)
+        return kinematics.contract_state(q, qd, load / ft.LOAD_PER_MILLE * SERVO_STALL_TORQUE_NM)
 
     def state(self) -> np.ndarray:
         self._read()
@@ -227,13 +227,13 @@ class So101Arm:
         self._send(goal)
 
     def _measured_target(self) -> tuple[np.ndarray, float]:
-        pos, rot = self.model.forward_kinematics(self._q)
-        return pos.copy(), self.model.tcp_yaw(rot)
+        pos, rot = kinematics.forward_kinematics(self._q)
+        return pos.copy(), kinematics.tcp_yaw(rot)
 
     def solve(self, pos: np.ndarray, yaw: float, start: np.ndarray) -> tuple[np.ndarray, float]:
         """``robot_rl.sim.so101_description.solve_ik``: joints for the TCP at ``pos``, pointing down
         turned ``yaw`` where the joints allow, and the position error left (m)."""
-        return self.model.solve_ik(pos, yaw, start)
+        return kinematics.solve_ik(pos, yaw, start)
 
     def _send(self, goal: np.ndarray) -> None:
         try:
@@ -266,8 +266,8 @@ class So101Arm:
         self._gripper = GripperCommand.OPEN
         from robot_rl.geometry import quat_to_matrix
 
-        yaw = self.model.tcp_yaw(quat_to_matrix(np.asarray(quat, np.float64)) @ TCP_TO_CONTRACT.T)
-        goal, error = self.solve(np.asarray(position, np.float64), yaw, self.model.HOME)
+        yaw = kinematics.tcp_yaw(quat_to_matrix(np.asarray(quat, np.float64)) @ TCP_TO_CONTRACT.T)
+        goal, error = self.solve(np.asarray(position, np.float64), yaw, HOME)
         if error > IK_TOLERANCE_M:
             raise So101Error(f"the start pose {list(np.round(position, 3))} is out of the SO-101's reach "
                              f"({error * 1000:.0f} mm off)")
@@ -312,6 +312,5 @@ class So101Arm:
 def contract_yaw(quat_wxyz) -> float:
     """The yaw (about the vertical, the kinematic model's convention) of a contract TCP orientation."""
     from robot_rl.geometry import quat_to_matrix
-    from robot_rl.sim import so101_description as model
 
-    return model.tcp_yaw(quat_to_matrix(np.asarray(quat_wxyz, np.float64)) @ TCP_TO_CONTRACT.T)
+    return kinematics.tcp_yaw(quat_to_matrix(np.asarray(quat_wxyz, np.float64)) @ TCP_TO_CONTRACT.T)

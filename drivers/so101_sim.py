@@ -4,7 +4,7 @@ Feetech's SDK see of a real arm's serial bus, with MuJoCo physics behind it.
 ``SimulatedSo101Bus`` opens a pty and answers the Feetech protocol (drivers/feetech.py) on it as
 the arm's six STS3215 servos (IDs 1-6: shoulder_pan .. gripper) would: ping, read, write, sync
 read and sync write of their control tables. Each servo is a joint of the MuJoCo SO-101
-(sim/so101_description.py ``So101Sim``), stepped in real time on a thread of its own: its goal
+(sim/so101_physics.py ``So101Sim``), stepped in real time on a thread of its own: its goal
 position becomes the joint's target, reached at the servo's own speed and torque limits; its
 present position, velocity, load, current, voltage and temperature are read from the joint. The
 encoder's zero sits where the servo happened to be mounted (``mount_offsets``, different per
@@ -50,7 +50,8 @@ class SimulatedSo101Bus:
     ``start()``ed. ``close()`` stops both threads and closes the pty."""
 
     def __init__(self, physics=None, link: str | None = None, mount_offsets=MOUNT_OFFSETS):
-        from robot_rl.sim.so101_description import LIMITS, So101Sim
+        from robot_rl.sim.so101_description import LIMITS
+        from robot_rl.sim.so101_physics import So101Sim
 
         self.physics = physics if physics is not None else So101Sim()
         self.limits = np.array([LIMITS[name] for name in JOINTS])

@@ -323,16 +323,17 @@ class PickCubeSO101Expert(ScriptedExpert):
         return 0.5 * reach + 0.5 * lift
 
     def _clean_action(self, obs: dict) -> np.ndarray:
-        from robot_rl.sim import so101_description as model
+        from robot_rl.sim import so101_kinematics as kinematics
+        from robot_rl.sim.so101_description import CUBE_IN_TCP
 
         state = obs["state"]
         tcp = state[STATE_SLICES["tcp_pos"]].astype(np.float64)
-        rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]].astype(np.float64)) @ model.TCP_TO_CONTRACT.T
+        rot = quat_to_matrix(state[STATE_SLICES["tcp_quat"]].astype(np.float64)) @ kinematics.TCP_TO_CONTRACT.T
         cube = obs["privileged"]["cube"].astype(np.float64)
-        tcp_yaw = model.tcp_yaw(rot)
+        tcp_yaw = kinematics.tcp_yaw(rot)
         # a cube looks the same every 90 degrees: the nearest face-aligned yaw
         yaw = tcp_yaw + (np.mod(quat_to_yaw(cube[3:7]) - tcp_yaw + np.pi / 4, np.pi / 2) - np.pi / 4)
-        aim = cube[:3] - model.down_rotation(yaw) @ np.asarray(model.CUBE_IN_TCP)  # the cube between the jaws
+        aim = cube[:3] - kinematics.down_rotation(yaw) @ np.asarray(CUBE_IN_TCP)  # the cube between the jaws
         gripper = -1.0
         self._phase_steps += 1
         if self.phase == "approach":

@@ -1,6 +1,8 @@
 """A MuJoCo model of the SO-101 arm (TheRobotStudio's ~200 USD 5-DoF arm + gripper, six Feetech
 STS3215 servos), built in code with ``mujoco.MjSpec`` from primitive geoms only (no meshes), on a
-table with a small cube; and ``So101Sim``, a small physics wrapper around it.
+table with a small cube: its dimensions, limits, servo figures and ``so101_spec()``. Its
+kinematics (forward kinematics, the jacobian, the IK and the contract's state) are in
+``so101_kinematics.py``; ``So101Sim``, the physics the servos drive, in ``so101_physics.py``.
 
 Kinematics and link inertials come from TheRobotStudio/SO-ARM100,
 ``Simulation/SO101/so101_new_calib.urdf`` (Copyright TheRobotStudio, Apache License 2.0,
@@ -33,14 +35,11 @@ other shapes are visual only, so adjacent links never collide).
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 
 import mujoco
 import numpy as np
 
-from robot_rl.geometry import matrix_to_rotvec
 from robot_rl.sim.mujoco_backend import look_at_quat
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
@@ -154,7 +153,8 @@ def rpy_to_quat(rpy) -> np.ndarray:
     return out
 
 
-def _rotz(a: float) -> np.ndarray:
+def rotz(a: float) -> np.ndarray:
+    """The rotation matrix of ``a`` radians about the z axis."""
     c, s = math.cos(a), math.sin(a)
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
@@ -174,7 +174,7 @@ def _moving_pad():
     # i.e. rho cos(q + phi) = px + CUBE_SIZE, on the root near 0.3 rad
     rho, phi = math.hypot(px, py), math.atan2(py, px)
     q0 = -math.acos((px + CUBE_SIZE) / rho) - phi
-    rot = _rotz(-q0)
+    rot = rotz(-q0)
     half = np.array([_JAW_THICK / 2, _PAD_LENGTH / 2, _JAW_WIDTH / 2])
     centre = np.array([px, py, 0.0]) + rot @ np.array([half[0], half[1], 0.0])
     centre[2] = pivot[1]  # centred on gripper y = 0 (the jaw frame's z is gripper -y)
@@ -268,7 +268,7 @@ def so101_spec(cube: bool = True, cameras: bool = True) -> mujoco.MjSpec:
     centre, quat, half, _ = _moving_pad()
     jaw.add_geom(name="moving_jaw_pad", type=BOX, size=half, pos=centre, quat=quat, rgba=_PRINTED,
                  contype=1, conaffinity=0, **_GRIP_CONTACT)
-    top = centre + _rotz(2 * math.atan2(quat[3], quat[0])) @ np.array([half[0], half[1], 0.0])
+    top = centre + rotz(2 * math.atan2(quat[3], quat[0])) @ np.array([half[0], half[1], 0.0])
     _visual(jaw, CAP, [0.005], fromto=[0.0, 0.0, centre[2], top[0], top[1], centre[2]])  # pivot to pad
 
     for joint in JOINTS:
@@ -297,87 +297,6 @@ def so101_spec(cube: bool = True, cameras: bool = True) -> mujoco.MjSpec:
     return spec
 
 
-@functools.cache
-def _kinematic_model() -> mujoco.MjModel:
-    return so101_spec(cube=False, cameras=False).compile()
-
-
-_scratch = threading.local()
-
-
-def _kinematic_data() -> mujoco.MjData:
-    """This thread's own MjData for the kinematic model (allocating one per call costs ~0.4 ms)."""
-    data = getattr(_scratch, "data", None)
-    if data is None:
-        data = _scratch.data = mujoco.MjData(_kinematic_model())
-    return data
-
-
-def _joint_addresses(model: mujoco.MjModel):
-    qpos = np.array([model.jnt_qposadr[model.joint(j).id] for j in JOINTS])
-    dof = np.array([model.jnt_dofadr[model.joint(j).id] for j in JOINTS])
-    return qpos, dof
-
-
-def _kinematics(model: mujoco.MjModel, data: mujoco.MjData, joints) -> None:
-    joints = np.asarray(joints, dtype=float).ravel()
-    if joints.shape not in ((5,), (6,)):
-        raise ValueError(f"expected 5 or 6 joint values, got shape {joints.shape}")
-    qpos, _ = _joint_addresses(model)
-    data.qpos[qpos[: joints.size]] = joints
-    mujoco.mj_kinematics(model, data)
-    mujoco.mj_comPos(model, data)
-
-
-def _fk(model, data, joints):
-    _kinematics(model, data, joints)
-    site = model.site("tcp").id
-    return data.site_xpos[site].copy(), data.site_xmat[site].reshape(3, 3).copy()
-
-
-def _jac(model, data, joints):
-    _kinematics(model, data, joints)
-    jacp, jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
-    mujoco.mj_jacSite(model, data, jacp, jacr, model.site("tcp").id)
-    _, dof = _joint_addresses(model)
-    return np.vstack([jacp, jacr])[:, dof[:5]]
-
-
-def forward_kinematics(joints) -> tuple[np.ndarray, np.ndarray]:
-    """The tcp's world position (3,) and rotation matrix (3, 3) at ``joints`` (5 arm joints, or 6
-    with the gripper, which does not move the tcp). Uses its own model and data: no sim is touched."""
-    return _fk(_kinematic_model(), _kinematic_data(), joints)
-
-
-def jacobian(joints) -> np.ndarray:
-    """(6, 5) world-frame jacobian of the tcp for the 5 arm joints: linear rows, then angular rows."""
-    return _jac(_kinematic_model(), _kinematic_data(), joints)
-
-
-def gravity_torques(joints) -> np.ndarray:
-    """(6,) joint torques (N.m) that hold the arm still against gravity at ``joints`` (5 or 6
-    values; nothing in the jaws): what the servos' efforts read when the arm rests there."""
-    model, data = _kinematic_model(), _kinematic_data()
-    _kinematics(model, data, joints)
-    data.qvel[:] = 0.0
-    out = np.zeros(model.nv)
-    mujoco.mj_rne(model, data, 0, out)
-    return out[_joint_addresses(model)[1]]
-
-
-def down_rotation(yaw: float) -> np.ndarray:
-    """The tcp rotation with the fingers straight down (tcp -y = world -z), turned ``yaw`` radians
-    about the world z axis from HOME's (yaw 0: the jaws open along world +x)."""
-    return _rotz(yaw) @ HOME_ROTATION
-
-
-def tcp_yaw(rotation) -> float:
-    """The yaw of a tcp rotation about the world z axis, as down_rotation() counts it: the heading
-    of the tcp's z axis (the jaws' opening direction) in the world xy plane."""
-    rotation = np.asarray(rotation, dtype=float)
-    return float(math.atan2(rotation[1, 2], rotation[0, 2]))
-
-
 def gripper_width(gripper: float) -> float:
     """The gap (m) between the fixed jaw's face and the moving pad's tip at this gripper angle:
     0 when closed (at 0 rad and below), CUBE_SIZE where a 2.5 cm cube stops the jaw."""
@@ -386,243 +305,3 @@ def gripper_width(gripper: float) -> float:
     py = -math.sqrt((pivot[2] - _JAW_TIP_Z) ** 2 - px ** 2)
     q = float(gripper)
     return max(0.0, px * math.cos(q) - py * math.sin(q) - px)
-
-
-# the model's tcp frame (-y along the fingers, z the jaws' opening direction) -> the contract's
-# TCP frame (z along the fingers, x forward: at HOME the contract's HOME_QUAT, as the Franka's)
-TCP_TO_CONTRACT = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
-IK_ITERATIONS = 50
-
-
-def contract_state(joints, velocities, efforts) -> np.ndarray:
-    """The contract's robot state (``robot_rl.contract.STATE_LAYOUT``) of the SO-101 at these
-    joint angles, velocities (rad/s) and servo torques (N.m), 6 each: the TCP's pose in the
-    contract's frame, its twist (the jacobian's), the jaws' gap, and the external wrench
-    estimated from the torques less what gravity asks of them."""
-    from robot_rl.contract import STATE_DIM, STATE_SLICES, state_quat
-    from robot_rl.geometry import matrix_to_quat
-
-    q = np.asarray(joints, np.float64)
-    pos, rot = forward_kinematics(q)
-    jac = jacobian(q)
-    twist = jac @ np.asarray(velocities, np.float64)[:5]
-    state = np.zeros(STATE_DIM, np.float32)
-    state[STATE_SLICES["tcp_pos"]] = pos
-    state[STATE_SLICES["tcp_quat"]] = state_quat(matrix_to_quat(rot @ TCP_TO_CONTRACT))
-    state[STATE_SLICES["tcp_linvel"]] = twist[:3]
-    state[STATE_SLICES["tcp_angvel"]] = twist[3:]
-    state[STATE_SLICES["gripper_width"]] = gripper_width(q[5])
-    wrench = np.linalg.pinv(jac.T) @ (np.asarray(efforts, np.float64)[:5] - gravity_torques(q)[:5])
-    state[STATE_SLICES["ee_force"]] = wrench[:3]
-    state[STATE_SLICES["ee_torque"]] = wrench[3:]
-    return state
-
-
-IK_TOLERANCE_M = 0.002  # a target the IK leaves further than this is out of reach (the arm keeps the last one)
-
-
-def solve_ik(pos, yaw: float, start) -> tuple[np.ndarray, float]:
-    """Joint angles putting the TCP at ``pos`` and, as far as the five joints and their limits
-    allow, pointing down turned ``yaw`` about the vertical: damped least squares with the
-    position first and the orientation in what the position leaves free (task priority), from
-    ``start``. Returns them and the position error left (m)."""
-    target_rot = down_rotation(yaw)
-    q = np.array(start, np.float64)
-    low, high = LIMITS_LOW[:5], LIMITS_HIGH[:5]
-    eye = np.eye(5)
-    for _ in range(IK_ITERATIONS):
-        p, r = forward_kinematics(q)
-        e_pos, e_rot = pos - p, matrix_to_rotvec(target_rot @ r.T)
-        if np.linalg.norm(e_pos) < 1e-4 and np.linalg.norm(e_rot) < 1e-3:
-            break
-        jac = jacobian(q)
-        free = np.ones(5, bool)
-        for _ in range(3):  # a joint at its limit that the step pushes further is left out
-            j = jac * free
-            jp, jo = j[:3], j[3:]
-            jp_pinv = jp.T @ np.linalg.inv(jp @ jp.T + 1e-6 * np.eye(3))
-            step = jp_pinv @ e_pos
-            null = eye - jp_pinv @ jp
-            jo_null = jo @ null
-            step += null @ (jo_null.T @ np.linalg.solve(jo_null @ jo_null.T + 1e-3 * np.eye(3), e_rot - jo @ step))
-            blocked = free & (((q[:5] <= low + 1e-6) & (step < 0)) | ((q[:5] >= high - 1e-6) & (step > 0)))
-            if not blocked.any():
-                break
-            free &= ~blocked
-        biggest = np.abs(step).max()
-        if biggest > 0.2:  # small steps: the linearisation holds
-            step *= 0.2 / biggest
-        q[:5] = np.clip(q[:5] + step, low, high)
-    p, _ = forward_kinematics(q)
-    return q, float(np.linalg.norm(pos - p))
-
-
-class So101Sim:
-    """The SO-101 on its table, driven like the real arm: six position servos whose commanded
-    positions move toward their targets no faster than the STS3215's top speed."""
-
-    def __init__(self, cube: bool = True, cameras: bool = True):
-        self.spec = so101_spec(cube=cube, cameras=cameras)
-        self.model = self.spec.compile()
-        self.data = mujoco.MjData(self.model)
-        self.has_cube = cube
-        self._qpos, self._dof = _joint_addresses(self.model)
-        self._act = np.array([self.model.actuator(j).id for j in JOINTS])
-        self._tcp = self.model.site("tcp").id
-        if cube:
-            jnt = self.model.joint("cube").id
-            self._cube_qpos = self.model.jnt_qposadr[jnt]
-            self._cube_dof = self.model.jnt_dofadr[jnt]
-            self._cube_body = self.model.body("cube").id
-        self._renderer: mujoco.Renderer | None = None
-        self._scratch = mujoco.MjData(self.model)  # for forward_kinematics() and jacobian()
-        self._targets = HOME.copy()
-        self._command = HOME.copy()
-        self._gain = self.model.actuator_gainprm[self._act, 0].copy()
-        self._bias = self.model.actuator_biasprm[self._act, 1:3].copy()
-        self.torque = np.ones(len(JOINTS), bool)
-        self.reset()
-
-    @property
-    def timestep(self) -> float:
-        return float(self.model.opt.timestep)
-
-    @property
-    def time(self) -> float:
-        return float(self.data.time)
-
-    def reset(self, joints=HOME, cube_pos=None) -> None:
-        """The arm at rest at ``joints`` (clipped to LIMITS), targets there, the cube (if any) at
-        rest at ``cube_pos`` (default CUBE_POS), unrotated."""
-        mujoco.mj_resetData(self.model, self.data)
-        joints = np.clip(np.asarray(joints, dtype=float).ravel(), LIMITS_LOW, LIMITS_HIGH)
-        self.data.qpos[self._qpos] = joints
-        if self.has_cube:
-            a = self._cube_qpos
-            self.data.qpos[a: a + 3] = CUBE_POS if cube_pos is None else np.asarray(cube_pos, dtype=float)
-            self.data.qpos[a + 3: a + 7] = (1.0, 0.0, 0.0, 0.0)
-        self._targets = joints.copy()
-        self._command = joints.copy()
-        self.data.ctrl[self._act] = joints
-        mujoco.mj_forward(self.model, self.data)
-
-    def set_targets(self, targets) -> None:
-        """Six joint targets (radians), clipped to LIMITS; reached at the servos' speed by step()."""
-        targets = np.asarray(targets, dtype=float).ravel()
-        if targets.shape != (6,):
-            raise ValueError(f"expected 6 joint targets, got shape {targets.shape}")
-        self._targets = np.clip(targets, LIMITS_LOW, LIMITS_HIGH)
-
-    def hold(self, joints) -> None:
-        """The joints put at ``joints`` and held there, at rest (a hand moving a limp arm: the
-        calibration's poses); the cube, if any, simulated on. The servos' commands follow."""
-        joints = np.clip(np.asarray(joints, dtype=float).ravel(), LIMITS_LOW, LIMITS_HIGH)
-        self.data.qpos[self._qpos] = joints
-        self.data.qvel[self._dof] = 0.0
-        self._command, self._targets = joints.copy(), joints.copy()
-        self.data.ctrl[self._act] = joints
-        mujoco.mj_forward(self.model, self.data)
-
-    def set_torque_enabled(self, enabled) -> None:
-        """Servos whose torque is off go limp (an STS3215 with Torque_Enable 0, or after its
-        overload protection): no force; their command follows the joint, so a servo whose torque
-        comes back holds where it was pushed to."""
-        enabled = np.asarray(enabled, bool).ravel()
-        q = self.joint_positions()
-        for i, act in enumerate(self._act):
-            self.model.actuator_gainprm[act, 0] = self._gain[i] if enabled[i] else 0.0
-            self.model.actuator_biasprm[act, 1:3] = self._bias[i] if enabled[i] else 0.0
-            if not enabled[i]:
-                self._command[i] = self._targets[i] = q[i]
-        self.torque = enabled.copy()
-
-    @property
-    def targets(self) -> np.ndarray:
-        return self._targets.copy()
-
-    @property
-    def commands(self) -> np.ndarray:
-        """What each servo is commanded now: its target, rate-limited."""
-        return self._command.copy()
-
-    def step(self, dt: float) -> None:
-        """Advance the physics by dt seconds (rounded to whole timesteps, at least one)."""
-        n = max(1, int(round(dt / self.timestep)))
-        max_move = SERVO_MAX_SPEED_RAD_S * self.timestep
-        for _ in range(n):
-            self._command += np.clip(self._targets - self._command, -max_move, max_move)
-            self.data.ctrl[self._act] = self._command
-            mujoco.mj_step(self.model, self.data)
-
-    def joint_positions(self) -> np.ndarray:
-        return self.data.qpos[self._qpos].copy()
-
-    def joint_velocities(self) -> np.ndarray:
-        return self.data.qvel[self._dof].copy()
-
-    def joint_efforts(self) -> np.ndarray:
-        """Each servo's torque (N.m), within +-SERVO_STALL_TORQUE_NM."""
-        return self.data.actuator_force[self._act].copy()
-
-    def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.data.site_xpos[self._tcp].copy(), self.data.site_xmat[self._tcp].reshape(3, 3).copy()
-
-    def cube_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        """The cube's world position (3,) and quaternion wxyz (4,)."""
-        if not self.has_cube:
-            raise RuntimeError("this sim has no cube (So101Sim(cube=False))")
-        return self.data.xpos[self._cube_body].copy(), self.data.xquat[self._cube_body].copy()
-
-    def place_cube(self, pos, quat=(1.0, 0.0, 0.0, 0.0)) -> None:
-        """The cube put at rest at ``pos`` (3,) turned by ``quat`` (wxyz): a new episode's scene."""
-        if not self.has_cube:
-            raise RuntimeError("this sim has no cube (So101Sim(cube=False))")
-        a, d = self._cube_qpos, self._cube_dof
-        self.data.qpos[a:a + 3] = np.asarray(pos, dtype=float)
-        self.data.qpos[a + 3:a + 7] = np.asarray(quat, dtype=float)
-        self.data.qvel[d:d + 6] = 0.0
-        mujoco.mj_forward(self.model, self.data)
-
-    def scene_state(self) -> np.ndarray:
-        """What a camera needs to render the scene: the model's positions (qpos)."""
-        return self.data.qpos.copy()
-
-    def set_scene_state(self, state) -> None:
-        """The scene put where ``scene_state()`` of a sim of the same model said (a camera's copy)."""
-        state = np.asarray(state, dtype=float).ravel()
-        if state.shape != (self.model.nq,):
-            raise ValueError(f"an SO-101 scene state has {self.model.nq} values, got {state.size}")
-        self.data.qpos[:] = state
-        mujoco.mj_forward(self.model, self.data)
-
-    def camera_fovy(self, camera: str) -> float:
-        """A named camera's vertical field of view (degrees)."""
-        return float(self.model.cam_fovy[self.model.camera(camera).id])
-
-    def forward_kinematics(self, joints) -> tuple[np.ndarray, np.ndarray]:
-        """forward_kinematics() on this sim's model, with a scratch MjData (the sim is untouched)."""
-        return _fk(self.model, self._scratch, joints)
-
-    def jacobian(self, joints) -> np.ndarray:
-        return _jac(self.model, self._scratch, joints)
-
-    def render(self, camera: str = "front", height: int = 240, width: int = 320) -> np.ndarray:
-        """An RGB image (uint8, [height, width, 3]) from a named camera ("front", "wrist" or "side")."""
-        r = self._renderer
-        if r is None or (r.height, r.width) != (height, width):
-            if r is not None:
-                r.close()
-            r = self._renderer = mujoco.Renderer(self.model, height, width)
-        r.update_scene(self.data, camera=camera)
-        return r.render().copy()
-
-    def close(self) -> None:
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

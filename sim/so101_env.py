@@ -1,6 +1,7 @@
 """The SO-101 twin: PickCube sized for the SO-101 (a 2.5 cm cube within its reach) as a gymnasium
 env of the same contract as the Panda's (``robot_rl.contract``), on the MuJoCo SO-101
-(sim/so101_description.py), with the same motion the real arm's backend makes (drivers/so101.py):
+(sim/so101_description.py, its kinematics and physics beside it), with the same motion the real
+arm's backend makes (drivers/so101.py):
 each step the TCP target (the last target moved by the action's displacement, clipped to the
 workspace box - the displacements add up from the TCP at the episode's start, so an arm still
 on its way loses none; its yaw turned by the action's, within the bound) becomes joint goals by
@@ -19,6 +20,8 @@ from robot_rl import contract
 from robot_rl.contract import ControlLimits, GripperCommand, gripper_command, validate_action
 from robot_rl.errors import InputError
 from robot_rl.sim import so101_description as model
+from robot_rl.sim import so101_kinematics as kinematics
+from robot_rl.sim.so101_physics import So101Sim
 from robot_rl.sim.tasks import Layout, get_task
 
 CAMERAS = ("front", "wrist", "side")  # side: level with the lift line, for the success classifier
@@ -38,7 +41,7 @@ class So101CellEnv(gym.Env):
         unknown = set(cameras) - set(CAMERAS)
         if unknown:
             raise InputError(f"unknown cameras {sorted(unknown)}; the SO-101 twin has {list(CAMERAS)}")
-        self.physics = model.So101Sim(cube=True, cameras=True)
+        self.physics = So101Sim(cube=True, cameras=True)
         self.images, self.image_size, self.cameras = images, (int(image_size[0]), int(image_size[1])), tuple(cameras)
         self.with_privileged, self.limits, self.render_mode = privileged, limits, render_mode
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
@@ -54,7 +57,7 @@ class So101CellEnv(gym.Env):
         super().reset(seed=seed)
         rng, task = self.np_random, self.task
         start = np.asarray(task.home_tcp_pos) + rng.uniform(-1.0, 1.0, 3) * np.asarray(task.start_randomise_m)
-        joints, _ = model.solve_ik(task.safety_box.clip_position(start), 0.0, model.HOME)
+        joints, _ = kinematics.solve_ik(task.safety_box.clip_position(start), 0.0, model.HOME)
         joints[5] = model.GRIPPER_OPEN
         self._layout = task.sample_layout(rng)
         cube_pos, cube_quat = self._layout.object_poses["cube"]
@@ -63,8 +66,8 @@ class So101CellEnv(gym.Env):
         self.physics.data.qpos[a + 3:a + 7] = cube_quat
         self.physics.step(0.05)  # the cube settles
         self._gripper, self._steps, self._started = model.GRIPPER_OPEN, 0, True
-        pos, rot = model.forward_kinematics(self.physics.joint_positions())
-        self._target = (pos, model.tcp_yaw(rot))
+        pos, rot = kinematics.forward_kinematics(self.physics.joint_positions())
+        self._target = (pos, kinematics.tcp_yaw(rot))
         return self._observation(), {"success": False, "safety_clipped": False}
 
     def step(self, action):
@@ -77,9 +80,9 @@ class So101CellEnv(gym.Env):
         target = self.task.safety_box.clip_position(desired)
         bound = float(self.task.safety_box.max_rotation_rad[2])
         yaw = float(np.clip(last_yaw + act[5] * self.limits.max_rotation_rad, -bound, bound))
-        goal, error = model.solve_ik(target, yaw, q)
-        if error > model.IK_TOLERANCE_M:  # out of reach: the last reachable target holds, as on the arm
-            goal, _ = model.solve_ik(pos, last_yaw, q)
+        goal, error = kinematics.solve_ik(target, yaw, q)
+        if error > kinematics.IK_TOLERANCE_M:  # out of reach: the last reachable target holds, as on the arm
+            goal, _ = kinematics.solve_ik(pos, last_yaw, q)
         else:
             self._target = (target, yaw)
         command = gripper_command(act[6])
@@ -98,7 +101,7 @@ class So101CellEnv(gym.Env):
 
     def _observation(self) -> dict:
         p = self.physics
-        obs: dict = {"state": model.contract_state(p.joint_positions(), p.joint_velocities(), p.joint_efforts())}
+        obs: dict = {"state": kinematics.contract_state(p.joint_positions(), p.joint_velocities(), p.joint_efforts())}
         if self.images:
             obs["images"] = {cam: p.render(cam, *self.image_size) for cam in self.cameras}
         if self.with_privileged:

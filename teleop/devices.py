@@ -283,14 +283,15 @@ class So101Leader:
                  follower=None, moving_m: float = 0.002, hold_readings: int = 25):
         from robot_rl.contract import ControlLimits
         from robot_rl.drivers.so101_bus import JOINTS, So101Bus, So101Calibration, So101Error
-        from robot_rl.sim import so101_description as model
+        from robot_rl.sim import so101_kinematics as kinematics
+        from robot_rl.sim.so101_description import LIMITS
 
         if not port or not calibration:
             raise InputError("the so101_leader device needs leader_port (its bus's serial port) and "
                              "leader_calibration (its calibration file: robot-rl arm calibrate writes one)")
-        self.model, self.limits, self.follower = model, limits or ControlLimits(), follower
+        self.kinematics, self.limits, self.follower = kinematics, limits or ControlLimits(), follower
         self.calibration = So101Calibration.load(calibration)
-        self.joint_limits = np.array([model.LIMITS[n] for n in JOINTS])
+        self.joint_limits = np.array([LIMITS[n] for n in JOINTS])
         try:
             self.bus = So101Bus(port, self.calibration.ids, latency_timer_ms=latency_timer_ms)
         except So101Error as e:
@@ -315,8 +316,8 @@ class So101Leader:
 
     def read(self) -> TeleopInput:
         q = self.joints()
-        pos, rot = self.model.forward_kinematics(q)
-        yaw, now = self.model.tcp_yaw(rot), time.monotonic()
+        pos, rot = self.kinematics.forward_kinematics(q)
+        yaw, now = self.kinematics.tcp_yaw(rot), time.monotonic()
         action = np.zeros(7)
         was_active = self.quiet < self.hold_readings
         if self.last is not None:

@@ -524,6 +524,7 @@ def test_the_leader_arm_drives_the_follower_through_the_same_kinematics(tmp_path
     from robot_rl.drivers.so101 import contract_yaw
     from robot_rl.drivers.so101_sim import SimulatedSo101Process
     from robot_rl.sim import so101_description as model
+    from robot_rl.sim import so101_kinematics as kinematics
     from robot_rl.teleop.devices import open_device
 
     with SimulatedSo101Process(tmp_path / "leader") as leader_bus, \
@@ -543,7 +544,7 @@ def test_the_leader_arm_drives_the_follower_through_the_same_kinematics(tmp_path
         try:
             start = follower.reset()[STATE_SLICES["tcp_pos"]].astype(float)
             assert leader.read().active is False  # a leader held still: the policy drives
-            leader_start = model.forward_kinematics(pose)[0]
+            leader_start = kinematics.forward_kinematics(pose)[0]
             solver = follower  # the leader's hand path: joint poses whose TCP moves 8 cm left, then 5 cm down
             targets = [leader_start + [0, 0.01 * k, 0] for k in range(1, 9)] + \
                       [leader_start + [0, 0.08, -0.01 * k] for k in range(1, 6)]
@@ -562,7 +563,7 @@ def test_the_leader_arm_drives_the_follower_through_the_same_kinematics(tmp_path
                 reading = leader.read()
                 follower.apply(reading.action)
             assert reading.active and reading.action[6] == 1.0 and closing
-            moved_leader = model.forward_kinematics(pose)[0] - leader_start
+            moved_leader = kinematics.forward_kinematics(pose)[0] - leader_start
             moved_follower = settle(follower)[STATE_SLICES["tcp_pos"]] - start
             assert np.linalg.norm(moved_follower - moved_leader) < 0.005, (moved_leader, moved_follower)
             assert follower.status()["gripper_target"] == "close"

@@ -1,10 +1,12 @@
-"""The SO-101 MuJoCo model (robot_rl.sim.so101_description): kinematics, servos, grasp, cameras."""
+"""The SO-101 MuJoCo model (robot_rl.sim.so101_description, its kinematics and So101Sim): kinematics,
+servos, grasp, cameras."""
 
 import mujoco
 import numpy as np
 import pytest
 
 from robot_rl.sim import so101_description as so101
+from robot_rl.sim import so101_kinematics as kinematics
 from robot_rl.sim.so101_description import (
     ARM_JOINTS,
     HOME,
@@ -12,11 +14,10 @@ from robot_rl.sim.so101_description import (
     LIMITS,
     SERVO_MAX_SPEED_RAD_S,
     SERVO_STALL_TORQUE_NM,
-    So101Sim,
-    forward_kinematics,
-    jacobian,
     so101_spec,
 )
+from robot_rl.sim.so101_kinematics import forward_kinematics, jacobian
+from robot_rl.sim.so101_physics import So101Sim
 
 DOWN = np.array([0.0, 0.0, -1.0])
 
@@ -172,10 +173,10 @@ def test_jacobian_matches_finite_differences_of_forward_kinematics(sim):
 def test_helpers_for_an_ik_solver_agree_with_the_sim(sim):
     _, rot = forward_kinematics(HOME)
     np.testing.assert_allclose(rot, so101.HOME_ROTATION, atol=1e-4)
-    assert so101.tcp_yaw(rot) == pytest.approx(0.0, abs=1e-4)
+    assert kinematics.tcp_yaw(rot) == pytest.approx(0.0, abs=1e-4)
     for yaw in (-2.0, -0.3, 0.0, 0.7, 3.0):
-        down = so101.down_rotation(yaw)
-        assert so101.tcp_yaw(down) == pytest.approx(yaw)
+        down = kinematics.down_rotation(yaw)
+        assert kinematics.tcp_yaw(down) == pytest.approx(yaw)
         np.testing.assert_allclose(down[:, 1], [0.0, 0.0, 1.0], atol=1e-12)  # fingers (tcp -y) down
     assert so101.gripper_width(0.0) == pytest.approx(0.0, abs=1e-9)
     assert so101.gripper_width(-0.1) == 0.0
@@ -184,8 +185,8 @@ def test_helpers_for_an_ik_solver_agree_with_the_sim(sim):
     # a servo holding the arm still reads what gravity asks of it
     sim.reset()
     sim.step(1.0)
-    np.testing.assert_allclose(sim.joint_efforts()[:5], so101.gravity_torques(sim.joint_positions())[:5], atol=0.01)
-    assert abs(so101.gravity_torques(HOME)[1]) > 0.05  # the shoulder carries the arm
+    np.testing.assert_allclose(sim.joint_efforts()[:5], kinematics.gravity_torques(sim.joint_positions())[:5], atol=0.01)
+    assert abs(kinematics.gravity_torques(HOME)[1]) > 0.05  # the shoulder carries the arm
 
 
 def test_the_gripper_pinches_the_cube_and_lifts_it(sim):
