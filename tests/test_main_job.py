@@ -58,6 +58,10 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     (["--stack", "ros", "--human", "0.5"], "--human 0.5: the ROS 2 stack of PickCube (sim_train) trains without a "
                                            "simulated human"),
     (["--stack", "ros", "--obs", "pixels"], "--obs pixels: the ROS 2 stack (--stack ros) trains the state policy"),
+    (["--stack", "ros", "--", "--seed", "1"], "with --stack ros the extra arguments go to the sim_train stack: stack "
+                                              "arguments are written name:=value, got '--seed'"),
+    (["--task", "PickCubeSO101", "--stack", "ros", "--", "sed:=1"], "with --stack ros the extra arguments go to the "
+                                                                    "so101_sim stack: stack so101_sim has no argument 'sed'"),
 ])
 def test_a_bad_option_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, args, says):
     monkeypatch.chdir(tmp_path)
@@ -143,14 +147,15 @@ def run_main_sh(tmp_path: Path, *args: str, echo: bool = False, **variables: str
                           text=True, timeout=120, cwd=ROOT)
 
 
-@pytest.mark.parametrize("variables, stages, says", [
-    ({}, 7, "PickCube from pixels for 7500 env steps"),
-    ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, 6, "PegInsert from state for 1 env steps"),
-    ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, 7, "eagerness 0.25"),
-    ({"STACK": "ros", "STEPS": "1"}, 5, "train through the ROS 2 stack sim_train (1 env steps"),
+@pytest.mark.parametrize("variables, extra, stages, says", [
+    ({}, "--seed 3", 7, "PickCube from pixels for 7500 env steps"),
+    ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, "--seed 3", 6,
+     "PegInsert from state for 1 env steps"),
+    ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, "--seed 3", 7, "eagerness 0.25"),
+    ({"STACK": "ros", "STEPS": "1"}, "seed:=3", 5, "train through the ROS 2 stack sim_train (1 env steps"),
 ])
-def test_main_sh_gives_its_variables_to_robot_rl_main(tmp_path, variables, stages, says):
-    done = run_main_sh(tmp_path, "--seed", "3", **variables)
+def test_main_sh_gives_its_variables_to_robot_rl_main(tmp_path, variables, extra, stages, says):
+    done = run_main_sh(tmp_path, *extra.split(), **variables)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("== set-up: .venv/")

@@ -74,6 +74,8 @@ class MainJob(StageRunner):
         if cfg.stack == "ros" and cfg.eagerness > 0 and self.ros_stack != "so101_sim":
             raise MainJobError(f"--human {cfg.human}: the ROS 2 stack of {cfg.task} ({self.ros_stack}) trains without a "
                                "simulated human (an SO-101 task's, so101_sim, has one); leave it unset or 0")
+        if cfg.stack == "ros":
+            self.check_stack_arguments()
         self.steps = cfg.steps or self.task.main_job_steps
         self.round1 = self.steps * 3 // 4
         self.stages = stages_of(self)
@@ -87,6 +89,16 @@ class MainJob(StageRunner):
     def ros_stack(self) -> str:
         """The ROS 2 stack the job trains through with ``--stack ros``: the robot's twin cell."""
         return "so101_sim" if self.task.robot == "so101" else "sim_train"
+
+    def check_stack_arguments(self) -> None:
+        """With --stack ros the extra arguments are the training stack's NAME:=VALUE: one it does not
+        take is one line now, not a failed training stage minutes in."""
+        from robot_rl.runtime.launcher import LaunchError, parse_overrides, resolve
+
+        try:
+            resolve(self.ros_stack, parse_overrides(list(self.cfg.train_args)))
+        except LaunchError as e:
+            raise MainJobError(f"with --stack ros the extra arguments go to the {self.ros_stack} stack: {e}") from e
 
     def path(self, name: str) -> str:
         return str(self.run / name)
