@@ -286,6 +286,36 @@ def test_sigterm_and_sigint_write_a_checkpoint_before_exiting(signame, learner, 
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == step + 10
 
 
+def test_a_learner_behind_its_actor_stops_and_checkpoints_between_messages_not_after_its_backlog(tmp_path):
+    """A learner that fell behind receives hundreds of transitions at once (minutes of updates): a
+    stop (the ROS learner node's SIGTERM, SIGKILL 10 s on) ends it after the message in hand and the
+    node's timed checkpoint is looked at after each one; seen in a so101_sim run: the node killed in
+    a backlog, its last two minutes of updates lost with no checkpoint."""
+    from robot_rl.agent_setup import agent_config_for
+    from robot_rl.envs import obs_spec, spec_env
+    from robot_rl.runtime.learner import LATEST_ONLY, build_learner
+    from robot_rl.runtime.transport import inprocess_pair
+    from robot_rl.runtime.wire import Message
+
+    env = spec_env("PickCube", "state")
+    cfg = TrainConfig(agent={"hidden": (32, 32)}, batch_size=8, replay_capacity=100, demo_capacity=100)
+    learner = build_learner(cfg, agent_config_for(cfg, env), obs_spec(env.observation_space),
+                            inprocess_pair(latest_only=LATEST_ONLY)[1], tmp_path)
+
+    class Backlog:  # an endpoint holding 300 transitions at once
+        peer_closed = False
+
+        def receive(self, timeout=0.0):
+            return [Message("transition") for _ in range(300)]
+
+    taken, passes = [], []
+    learner.endpoint = Backlog()
+    learner.take = lambda msg: taken.append(msg) or 2  # two updates each
+    learner.send_status = lambda: pytest.fail("no status once stopped mid-batch")
+    learner.run(keep_running=lambda: len(taken) < 3, every_pass=lambda: passes.append(len(taken)))
+    assert len(taken) == 3 and passes == [1, 2, 3]
+
+
 # ---------------------------------------------------------------- 7. resume keeps the run's config
 def test_resume_goes_on_with_the_runs_own_config_and_keeps_its_history(tmp_path, capsys):
     run = tmp_path / "run"

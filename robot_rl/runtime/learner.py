@@ -256,12 +256,21 @@ class Learner:
         """The learner's main loop, in its own process (``learner_main``) and in the ROS learner
         node alike: messages in the order they came, each transition's updates right after it; a
         status after each batch of messages that brought updates. It ends on a stop message, when
-        the peer is gone, or when ``keep_running()`` turns false; ``every_pass()`` runs once per
-        pass (the node's timed checkpoints); ``kinds``: the message kinds taken (others are
-        ignored; None: all)."""
+        the peer is gone, or when ``keep_running()`` turns false; ``every_pass()`` runs after each
+        message and each wait (the node's timed checkpoints); ``kinds``: the message kinds taken
+        (others are ignored; None: all). Both are checked between messages, not once per batch:
+        a learner behind its actor receives hundreds at once, minutes of updates, and its
+        checkpoints and its stop (a stack stopping it with SIGTERM, SIGKILL 10 s on) must not wait
+        for them all."""
         while not self.stopped and keep_running():
-            msgs = [m for m in self.endpoint.receive(0.05) if kinds is None or m.kind in kinds]
-            done = sum(self.take(msg) for msg in msgs)
+            done = 0
+            for msg in self.endpoint.receive(0.05):
+                if not keep_running():
+                    return
+                if kinds is None or msg.kind in kinds:
+                    done += self.take(msg)
+                if every_pass is not None:
+                    every_pass()
             if self.endpoint.peer_closed and not self.stopped:
                 break
             if done:
