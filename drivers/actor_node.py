@@ -110,7 +110,7 @@ class ActorNode(Node):
 
     def counts(self, latencies) -> dict:
         return {**self.actor.stats.as_dict(), "weights_version": self.learner.weights_version,
-                "dropped_transitions": self.endpoint.dropped,
+                **self.learner.lag_figures(), "dropped_transitions": self.endpoint.dropped,
                 "frame_to_command_ms_p50": float(np.percentile(latencies, 50)) if latencies else None,
                 "command_latency_misses": self.ros_env.command_latency_misses}
 

@@ -70,6 +70,11 @@ class LearnerClient:
         self.last_checkpoint: str | None = None
         self.due_updates = math.inf  # a schedule sets it: swap in weights made up to this many online updates
         self._waiting: collections.deque = collections.deque()  # weights messages not yet due
+        # how stale each policy swapped in was: the transitions this actor had sent that the learner
+        # had not yet taken when it made those weights (counted from the first weights' "online")
+        self.transitions_sent = 0
+        self.lags: list[int] = []
+        self._online_at_start: int | None = None
 
     @classmethod
     def start(cls, setup: LearnerSetup, policy, on_error: Callable[[str], None]) -> "LearnerClient":
@@ -127,6 +132,17 @@ class LearnerClient:
         if newest is not None:
             self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in newest.arrays.items()})
             self.weights_version = newest.meta.get("version", 0)
+            if "online" in newest.meta:
+                if self._online_at_start is None:
+                    self._online_at_start = int(newest.meta["online"]) - self.transitions_sent
+                self.lags.append(self.transitions_sent - (int(newest.meta["online"]) - self._online_at_start))
+
+    def lag_figures(self) -> dict:
+        """How many steps behind the actor the policies it swapped in were: p50, p99 and max over the
+        swaps (None before any)."""
+        lags = self.lags
+        return {f"learner_lag_steps_{name}": (float(np.percentile(lags, q)) if lags else None)
+                for name, q in (("p50", 50), ("p99", 99), ("max", 100))}
 
     def wait_for_first_weights(self, keep_waiting: Callable[[], bool], log: Callable[[str], None],
                                remind_every_s: float = 10.0) -> None:
@@ -140,6 +156,7 @@ class LearnerClient:
 
     def send(self, kind: str, arrays=None, meta=None) -> bool:
         ok = self.endpoint.send(kind, arrays, meta)
+        self.transitions_sent += kind == "transition" and ok
         if self.inline is not None:
             self.inline.pump()
         return ok

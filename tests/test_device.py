@@ -91,6 +91,40 @@ def test_the_train_actor_acts_on_the_cpu_and_takes_the_learners_weights(tmp_path
         torch.testing.assert_close(mine, value.cpu(), msg=name)
 
 
+def test_the_actor_counts_how_far_behind_it_the_policies_it_swaps_in_were(tmp_path):
+    """Each weights message says how many transitions the learner had taken when it made them; the
+    actor keeps, per swap, how many of those it had sent that the learner had not yet taken (from
+    the first weights on: a resumed learner's earlier transitions are not this actor's)."""
+    from robot_rl.actor import LearnerClient
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.commands.train import acting_config
+    from robot_rl.envs import obs_spec
+    from robot_rl.runtime.learner import LATEST_ONLY, build_learner
+    from robot_rl.runtime.transport import inprocess_pair
+    from robot_rl.runtime.wire import transition_arrays
+
+    env = _env()
+    cfg = TrainConfig(agent=SMALL, batch_size=8, replay_capacity=100, demo_capacity=100)
+    agent_cfg = agent_config_for(cfg, env)
+    actor_end, learner_end = inprocess_pair(maxsize=1000, latest_only=LATEST_ONLY)
+    learner = build_learner(cfg, agent_cfg, obs_spec(env.observation_space), learner_end, tmp_path)
+    client = LearnerClient(actor_end, SACAgent(acting_config(agent_cfg)), on_error=pytest.fail)
+    assert client.lag_figures() == {"learner_lag_steps_p50": None, "learner_lag_steps_p99": None,
+                                    "learner_lag_steps_max": None}
+    learner.online_received = 40  # a resumed learner's
+    learner.begin()
+    client.poll(1.0)
+    obs = env.observation_space.sample()
+    for _ in range(5):
+        client.send("transition", transition_arrays(Transition(obs, env.action_space.sample(), 0.0, obs, False, False)))
+    for msg in learner_end.receive(1.0)[:2]:  # the learner has taken two of the five
+        learner.handle(msg)
+    learner.publish_weights()
+    client.poll(1.0)
+    assert client.weights_version == 2 and client.lags == [0, 3]
+    assert client.lag_figures()["learner_lag_steps_max"] == 3.0
+
+
 # ------------------------------------------------------------------ checkpoints load on any device
 def _as_if_saved_on_a_gpu(path):
     """Rewrite a checkpoint's metadata as a CUDA learner with fused Adam would have written it."""

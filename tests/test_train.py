@@ -51,6 +51,7 @@ def test_learner_process_keeps_the_update_ratio_and_checkpoints(tmp_path):
     s = train(TrainConfig(task="PickCube", demos=2, env_steps=80, eval_every=80, learner="process", run_dir=str(run),
                           **TINY), log=lambda m: None)
     assert s["env_steps"] == 80 and s["dropped_transitions"] == 0
+    assert 0 <= s["learner_lag_steps_p50"] <= s["learner_lag_steps_max"] < 80  # the policies' staleness, per swap
     assert s["updates"] == 20 + 2 * 80  # critic warm-up, then UTD 2 (sim pacing)
     assert (run / "checkpoints" / "step_000000080" / "agent.safetensors").is_file()
 

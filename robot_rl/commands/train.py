@@ -550,7 +550,7 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "cycle_time": cycle_time(run),
         "train_wall_s": round(sum(r.wall_s for r in rounds), 1),
         "checkpoint": learner.last_checkpoint or resume_from, "run_dir": str(run_dir),
-        "dropped_transitions": learner.dropped, "reward": "classifier" if cfg.reward_classifier else "ground_truth",
+        "dropped_transitions": learner.dropped, **learner.lag_figures(), "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": run.classifier_total(),
         "base_policy": base_summary(cfg, cell, list(act_ms)),
         "human_eagerness": cfg.human_eagerness, "interventions": run.totals.interventions,

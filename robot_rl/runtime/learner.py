@@ -7,7 +7,7 @@ It talks to actors only through an ``Endpoint`` (see ``transport.py``):
                        "begin"               demos are in: pre-train, then start RL
                        "checkpoint"          meta {name, actor_state}: write a checkpoint
                        "stop"
-    learner -> actor   "weights"             the policy's tensors, meta {version, updates}
+    learner -> actor   "weights"             the policy's tensors, meta {version, updates, online}
                        "status"              meta {updates, online, metrics}
                        "checkpoint_saved"    meta {path}
                        "error"               meta {message}: the learner stopped
@@ -237,7 +237,8 @@ class Learner:
         self.weights_version += 1
         self.endpoint.send("weights", self.agent.policy_state_dict(),
                            {"version": self.weights_version, "updates": self.agent.num_updates,
-                            "online_updates": self.online_updates, "frozen_encoder": self.agent.frozen_sha})
+                            "online_updates": self.online_updates, "online": self.online_received,
+                            "frozen_encoder": self.agent.frozen_sha})
         self.send_status()
 
     def send_status(self) -> None:
