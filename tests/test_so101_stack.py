@@ -145,7 +145,10 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
                 stamp, pose = next((stamp, pose) for stamp, pose in states if stamp > when)
                 # without observe_after_command: 42-46 ms later, 8 mm of the first command's 15 shown
                 assert stamp - when >= 0.9 * period_ns, (stamp - when) / 1e6
-                assert 0.8 * 0.015 < pose - y < 1.2 * 0.015, pose - y
+                # at least the command's 15 mm; 30 where it reached the arm after a tick (DDS late on a
+                # loaded machine: seen in CI), which repeated the previous command, not yet in the
+                # state that tick read (the total below bounds repeats)
+                assert 0.8 * 0.015 < pose - y < 2.2 * 0.015, pose - y
             # 4.5 cm, not the 9 of each command executed on arrival and again at the tick; a command
             # late for its period (a loaded machine) lets the tick repeat the last one: 6 cm; the probe
             # two periods late (a loaded machine) lets the watchdog hold the arm where it is, losing
