@@ -35,7 +35,7 @@ import numpy as np
 
 from robot_rl.contract import STATE_DIM, ControlLimits, GripperCommand, SafetyBox, gripper_command
 from robot_rl.drivers import feetech as ft
-from robot_rl.drivers.so101_bus import JOINTS, RETRIES, BusError, So101Bus, So101Calibration, So101Error
+from robot_rl.drivers.so101_bus import JOINTS, READ_BLOCK_S, RETRIES, BusError, So101Bus, So101Calibration, So101Error
 from robot_rl.errors import InputError, UserFacingError
 from robot_rl.sim import so101_kinematics as kinematics
 from robot_rl.sim.so101_description import HOME, LIMITS, SERVO_STALL_TORQUE_NM
@@ -55,6 +55,7 @@ class So101Settings:
     gripper_closed_rad: float = -0.1  # when closing (past the cube: the torque limit stops it)
     reset_speed_rad_s: float = 1.0  # the reset's joint speed
     latency_timer_ms: float = 16.0  # how long the SDK waits for a reply, twice, plus its bytes' time
+    read_block_s: float = READ_BLOCK_S  # a read of a reply blocks this long for its bytes (0: the SDK's busy-wait)
     connect_timeout_s: float = 5.0  # on connecting, a silent servo is pinged this long before it is an error
 
 
@@ -108,7 +109,7 @@ class So101Arm:
         torque limits set. ``reset`` turns the torque on. ``answer_within_s``: how long a silent
         servo is pinged (the first connect's; a reconnect, each period, pings only CONNECT_TRIES)."""
         bus = So101Bus(self.settings.port, self.calibration.ids, latency_timer_ms=self.settings.latency_timer_ms,
-                       answer_within_s=answer_within_s)
+                       answer_within_s=answer_within_s, read_block_s=self.settings.read_block_s)
         try:
             bus.write_calibration(self.calibration)
             bus.write("Torque_Limit", [self.settings.torque_limit] * 5 + [self.settings.gripper_torque_limit])

@@ -39,6 +39,10 @@ RETRIES = 2  # a failed bus transaction is tried again this many times before it
 # were too few for a simulated bus starved for a second by a loaded machine); So101Bus's
 # ``answer_within_s`` pings on for longer
 CONNECT_TRIES = 20
+# each read of a reply blocks in the kernel (select) up to this long for its bytes, then the SDK checks its
+# timeout: the SDK's own port reads return at once (pyserial timeout 0), so waiting for a reply spins a
+# core (``bench ros``: so101_arm_cpu_share against so101_arm_cpu_share_busy_wait)
+READ_BLOCK_S = 0.002
 
 
 class So101Error(UserFacingError):
@@ -155,10 +159,11 @@ class So101Bus:
     HEALTH_ADDRESS, HEALTH_BYTES = 62, 4  # Present_Voltage, Present_Temperature, (64), Status
 
     def __init__(self, port: str, ids: list[int], names=JOINTS, latency_timer_ms: float = 16.0,
-                 answer_within_s: float = 0.0):
+                 answer_within_s: float = 0.0, read_block_s: float = READ_BLOCK_S):
         """``answer_within_s``: each servo is pinged CONNECT_TRIES times, and on until this long
         after the port opened (a simulated arm still starting on a loaded machine), before it is
-        said not to answer."""
+        said not to answer. ``read_block_s``: how long one read of a reply blocks for its bytes (0:
+        the SDK's busy-wait)."""
         import scservo_sdk as scs
         from scservo_sdk import port_handler
 
@@ -188,6 +193,7 @@ class So101Bus:
         if not opened:
             self.close()
             raise So101Error(f"serial port {port} cannot be opened at {BAUDRATE} baud")
+        self.port.ser.timeout = read_block_s  # setBaudRate opened it with 0: a read returning at once
         deadline = time.monotonic() + answer_within_s
         for sid, name in zip(self.ids, self.names):
             tries = 0

@@ -262,6 +262,37 @@ def test_a_servo_that_answers_late_is_pinged_until_the_connect_timeout(bus, monk
         answers.cancel()
 
 
+def test_waiting_for_the_servos_replies_blocks_in_the_kernel_instead_of_spinning(bus):
+    """Feetech's SDK reads its port with a zero timeout, so a reply is waited for by spinning a
+    core; the bus's reads block for the bytes. Each read of a reply either brings bytes or has
+    waited a whole ``READ_BLOCK_S``: a busy-wait makes thousands of empty reads per reply."""
+    import time
+
+    from robot_rl.drivers.so101_bus import READ_BLOCK_S, So101Bus
+
+    connected = So101Bus(bus.port, [1, 2, 3, 4, 5, 6], latency_timer_ms=100)
+    reads = []
+    read_port = connected.port.readPort
+
+    def counted(length):
+        data = read_port(length)
+        reads.append(len(data))
+        return data
+
+    connected.port.readPort = counted
+    try:
+        started = time.perf_counter()
+        for _ in range(20):
+            connected.read_state()
+            connected.read_health()
+        elapsed = time.perf_counter() - started
+    finally:
+        connected.close()
+    with_bytes = sum(1 for n in reads if n)
+    assert with_bytes >= 40 * 6  # each of the six servos' replies, in each of the 40 sync reads
+    assert len(reads) - with_bytes <= elapsed / READ_BLOCK_S + 40, (len(reads), with_bytes, elapsed)
+
+
 @pytest.mark.parametrize("fault, says", [
     (lambda bus: bus.silence(3), "servo 3 (elbow_flex) does not answer on"),
     (lambda bus: bus.corrupt(10_000), "Incorrect status packet"),
