@@ -78,9 +78,6 @@ class Task:
     # train longer (docs/CALIBRATION.md).
     main_job_steps: int = 10_000
     clone_corrections: bool = True
-    # Agent settings the main job adds to the package's HUMAN_IN_THE_LOOP_EXPLORATION for this task
-    # (read only): PickCubeSO101 needs the actor's imitation term (docs/CALIBRATION.md).
-    main_job_agent: dict = {}
 
     @classmethod
     def description(cls) -> str:
@@ -310,9 +307,6 @@ class PickCubeSO101(Task):
     # held 1 cm up and one lifted 5 cm differ by about a pixel at 64x64, and a classifier on front and
     # wrist alone fired on 36 of 247 episodes of a policy that had not lifted the cube
     classifier_cameras = ("front", "wrist", "side")
-    # the actor's Q-filtered imitation term on the demo rows (demos and takeovers): without it one seed in
-    # two fell from 0.77 to 0.20 by 15k steps on the twin (docs/CALIBRATION.md, "SO-101: the imitation term")
-    main_job_agent = {"bc_weight": 0.5}
     objects = (SceneObject("cube", (BoxGeom((0.0125, 0.0125, 0.0125)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.02),)
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:

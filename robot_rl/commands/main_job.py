@@ -104,12 +104,6 @@ class MainJob(StageRunner):
         return str(self.run / name)
 
     @property
-    def recipe(self) -> dict[str, float]:
-        """The agent settings of training with the simulated human: the package's exploration
-        (HUMAN_IN_THE_LOOP_EXPLORATION, never copied) and the task's own (``main_job_agent``)."""
-        return {**HUMAN_IN_THE_LOOP_EXPLORATION, **self.task.main_job_agent}
-
-    @property
     def classifier_cameras(self) -> tuple[str, ...]:
         return tuple(self.task.classifier_cameras)
 
@@ -205,7 +199,7 @@ def train_round_1(job: MainJob) -> None:
     cfg = job.cfg
     observation = ["--obs", "state"] if cfg.observation == "state" else [
         "--obs", "pixels", "--frozen-encoder", job.path("encoder")]
-    recipe = [f"{k}={v:g}" for k, v in job.recipe.items()]
+    recipe = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()]  # the package's, never copied
     job.robot_rl("train", "--task", cfg.task, *observation, "--demos", job.path("demos.zarr"),
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
@@ -291,7 +285,7 @@ def train_through_ros(job: MainJob) -> None:
     if job.ros_stack == "so101_sim":
         human = [f"simulated_human:={cfg.eagerness:g}"]
         if cfg.eagerness > 0:  # the human-in-the-loop recipe, as round 1 on the twin takes it (the package's)
-            recipe = f"[{','.join(f'{k}={v:g}' for k, v in job.recipe.items())}]"
+            recipe = f"[{','.join(f'{k}={v:g}' for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items())}]"
             human += [f"learner.agent:={recipe}", f"actor.agent:={recipe}",
                       f"learner.intervention_bc_steps:={1 if job.task.clone_corrections else 0}"]
     job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
@@ -349,9 +343,7 @@ def verify_report(job: MainJob) -> None:
 
 def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
-    recipe = ", ".join(f"{k}={v:g}" for k, v in job.recipe.items())
-    cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}; agent {recipe})"
-                           if job.cfg.eagerness else "")
+    cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g})" if job.cfg.eagerness else "")
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
