@@ -409,9 +409,9 @@ def main(argv=None) -> None:
 
 class SimulatedSo101Process:
     """The simulated SO-101 in a process of its own (``python -m robot_rl.drivers.so101_sim``),
-    as a real arm is another device: a bus reading with the SDK's own busy-wait
-    (``read_block_s`` 0) in the same process would starve the simulated bus's threads. Its port, its true calibration, and ``control``'s
-    commands as methods."""
+    as a real arm is another device: a bus reading with the SDK's own busy-wait (``read_block_s``
+    0) in the same process would starve the simulated bus's threads. Its port, its true
+    calibration, and ``control``'s commands as methods."""
 
     def __init__(self, folder):
         import json

@@ -264,9 +264,10 @@ def test_a_servo_that_answers_late_is_pinged_until_the_connect_timeout(bus, monk
 
 def test_waiting_for_the_servos_replies_blocks_in_the_kernel_instead_of_spinning(bus):
     """Feetech's SDK reads its port with a zero timeout, so a reply is waited for by spinning a
-    core; the bus's reads block for the bytes. Each read of a reply either brings bytes or has
-    waited a whole ``READ_BLOCK_S``: a busy-wait makes thousands of empty reads per reply."""
-    import time
+    core; the bus's reads block for the bytes. Waiting out a silent servo's whole packet timeout
+    takes at most that timeout over ``READ_BLOCK_S`` reads (each empty one blocked that long); a
+    busy-wait makes thousands."""
+    from scservo_sdk import port_handler
 
     from robot_rl.drivers.so101_bus import READ_BLOCK_S, So101Bus
 
@@ -281,16 +282,15 @@ def test_waiting_for_the_servos_replies_blocks_in_the_kernel_instead_of_spinning
 
     connected.port.readPort = counted
     try:
-        started = time.perf_counter()
-        for _ in range(20):
-            connected.read_state()
-            connected.read_health()
-        elapsed = time.perf_counter() - started
+        assert connected.packets.ping(connected.port, 3)[1] == connected.scs.COMM_SUCCESS and sum(reads) > 0
+        bus.silence(3)
+        reads.clear()
+        result = connected.packets.ping(connected.port, 3)[1]
     finally:
         connected.close()
-    with_bytes = sum(1 for n in reads if n)
-    assert with_bytes >= 40 * 6  # each of the six servos' replies, in each of the 40 sync reads
-    assert len(reads) - with_bytes <= elapsed / READ_BLOCK_S + 40, (len(reads), with_bytes, elapsed)
+    assert result == connected.scs.COMM_RX_TIMEOUT
+    timeout_ms = port_handler.LATENCY_TIMER * 2.0 + 2.0 + 1.0  # the SDK's packet timeout, its bytes' time within 1 ms
+    assert sum(reads) == 0 and len(reads) <= timeout_ms / (READ_BLOCK_S * 1000) + 2, len(reads)
 
 
 @pytest.mark.parametrize("fault, says", [

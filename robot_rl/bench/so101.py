@@ -90,7 +90,7 @@ def run(periods: int = 200, log=print) -> dict:
         finally:
             arm.close()
     log(f"so101: {len(moves['latencies'])} motion onsets, {reads} states in {moves['elapsed']:.1f} s")
-    return {**loop_figures("so101", moves, 1.0 / limits.control_hz, reads, "bus_read_rate"),
+    return {**loop_figures("so101", moves, period, reads, "bus_read_rate"),
             "so101_commands_dropped": int(dropped), "so101_faults": int(faults), "so101_periods": periods,
             "so101_ik_misses": int(misses), "so101_arm_cpu_share": round(share, 4),
             "so101_arm_cpu_share_busy_wait": round(share_busy, 4),
