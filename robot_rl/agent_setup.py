@@ -90,6 +90,14 @@ def check_reward_classifier(cfg: TrainConfig) -> None:
                               f"renders {run_h}x{run_w}: use --image-size {h} {w} or a classifier trained at that size")
 
 
+def success_reward(cfg, task) -> bool:
+    """Whether the run's reward is our contract's: 1 on the success that ends the episode, 0
+    before (the twin's tasks, the success classifier, the operator's key), so that no episode
+    returns more than 1. A mapped env's own reward (``--env`` without a classifier) may be
+    anything."""
+    return not getattr(task, "foreign", False) or getattr(cfg, "reward_classifier", None) is not None
+
+
 def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env) -> SACConfig:
     """The agent of a config (its cell, policy and agent settings) on ``env``'s observations, on
     the config's ``device`` (resolved: ``auto`` becomes the device this machine has)."""
@@ -102,7 +110,7 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
                 action_dim=env.action_space.shape[0], grasp_critic=task.uses_gripper and not external_base,
                 residual_scale=cfg.residual_scale if residual else 0.0,
                 residual_penalty=cfg.residual_penalty if residual else 0.0, base_action_dim=external_base,
-                device=resolve_device(cfg.device))
+                max_return=1.0 if success_reward(cfg, task) else None, device=resolve_device(cfg.device))
     if getattr(task, "foreign", False):  # a mapped env: where its state says the gripper is open, if it says so
         if task.gripper_open_index is None:
             base.update(grasp_penalty=0.0)

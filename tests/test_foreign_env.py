@@ -524,3 +524,27 @@ def test_a_success_classifier_on_the_maps_cameras_rewards_a_foreign_run(tmp_path
     summary = json.loads((run / "summary.json").read_text())
     assert summary["reward"] == "classifier" and summary["success_source"] == "info['is_success']"
     assert sum(summary["classifier_episodes"].values()) == summary["episodes"]
+
+
+def test_the_critics_targets_are_bounded_by_one_only_where_the_reward_is_the_success(tmp_path, env_map):
+    """Our contract's reward (1 on the success that ends the episode: the twin's, the classifier's,
+    on a mapped env too) bounds every return by 1, so the critics' targets are clipped there; a
+    mapped env's own reward may be anything, so its targets are not."""
+    from robot_rl.agent_setup import agent_config_for
+    from robot_rl.commands.train import TrainConfig
+    from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.envs import spec_env
+
+    twin = spec_env("PickCube", "state")
+    for cfg in (TrainConfig(), ActorNodeConfig(), LearnerNodeConfig()):
+        assert agent_config_for(cfg, twin).max_return == 1.0
+    env = MappedEnv(LocalEnv(REACH, {}), read_env_map(env_map), REACH)
+    try:
+        own = TrainConfig(env=REACH, env_map=str(env_map))
+        assert agent_config_for(own, env).max_return is None
+        classifier = tmp_path / "clf"
+        classifier.mkdir()
+        rewarded = TrainConfig(env=REACH, env_map=str(env_map), reward_classifier=str(classifier))
+        assert agent_config_for(rewarded, env).max_return == 1.0
+    finally:
+        env.close()

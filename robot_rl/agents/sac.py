@@ -6,7 +6,8 @@ order (each takes tensors and returns its loss and metrics), then the target net
 
     critic    : an ensemble of LayerNorm MLPs (one batched module), target = min over a random
                 subset of the target ensemble (REDQ), optional entropy in the backup, n-step
-                returns come from the replay as (reward, bootstrap).
+                returns come from the replay as (reward, bootstrap); targets clipped to
+                ``max_return`` (1 on our contract's success reward, which ends the episode).
     actor     : tanh-Gaussian over the motion dimensions, maximises the mean ensemble Q minus
                 alpha * log pi; plus an imitation term on the demo half of the batch
                 (``bc_weight``), optionally Q-filtered (only where the demo action beats the
@@ -344,7 +345,9 @@ class SACAgent(nn.Module):
                     next_feat: torch.Tensor, next_target_feat: torch.Tensor, next_base_feat: torch.Tensor,
                     base_feat: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Each critic regresses on r + bootstrap * min over a random subset of the target critics
-        (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``); plus,
+        (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``), clipped
+        to ``max_return``, the most an episode can return (HER's clip: with a success reward of 1
+        that ends the episode, a target above 1 is the critics' own overestimate fed back); plus,
         with ``conservative_weight``, CQL's term (``base_feat``: the base's features at obs)."""
         c = self.config
         with torch.no_grad(), self._autocast():
@@ -354,6 +357,8 @@ class SACAgent(nn.Module):
             if c.backup_entropy:
                 target_q = target_q - self.alpha * next_log_prob.float()
             y = reward + bootstrap * target_q
+            if c.max_return is not None:  # no return above it exists: a target above it is the critic's error
+                y = y.clamp_max(c.max_return)
         with self._autocast():
             q = self.critic(feat, motion).float()  # [n, B]
         loss = ((q - y) ** 2).mean(1).sum()
@@ -395,7 +400,7 @@ class SACAgent(nn.Module):
                    bootstrap: torch.Tensor, next_feat: torch.Tensor, next_target_feat: torch.Tensor,
                    demo_rows: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
         """The discrete gripper head: a double-DQN target (the online head picks the next command,
-        the target head rates it), plus DQfD's large-margin loss on demo rows: the demonstrated
+        the target head rates it; clipped to ``max_return`` as the critics'), plus DQfD's large-margin loss on demo rows: the demonstrated
         command must beat every other by ``grasp_margin``, so the greedy choice is defined where
         only demos exist."""
         command = gripper_index(gripper)
@@ -403,6 +408,8 @@ class SACAgent(nn.Module):
             best_next = self.grasp(next_feat).argmax(-1, keepdim=True)
             next_q = self.target_grasp(next_target_feat).float().gather(1, best_next).squeeze(1)
             y = self.grasp_reward(state, command, reward) + bootstrap * next_q
+            if self.config.max_return is not None:
+                y = y.clamp_max(self.config.max_return)
         with self._autocast():
             q_all = self.grasp(feat).float()
         q = q_all.gather(1, command[:, None]).squeeze(1)

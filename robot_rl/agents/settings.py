@@ -69,6 +69,7 @@ DERIVED = {"state_dim": "the env's observation", "cameras": "--cameras", "image_
            "action_dim": "the env's action space", "grasp_critic": "the task (whether it uses the gripper)",
            "residual_scale": "--residual-scale", "residual_penalty": "--residual-penalty",
            "base_action_dim": "--base-policy (the base's action width)",
+           "max_return": "the task's reward (1: the success that ends the episode; none: a mapped env's own)",
            "frozen_encoder": "--frozen-encoder", "frozen_encoder_path": "--frozen-encoder",
            "device": "--device (the ROS parameter device)"}
 
@@ -88,6 +89,7 @@ class SACConfig(AgentSettings):
     residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
     residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
     base_action_dim: int = 0  # > 0: an external base policy's action is the last this many numbers of obs["state"]
+    max_return: float | None = None  # the critics' TD targets are clipped to it (HER's clip): the most an episode can return
     device: str = "cpu"
 
     @property
