@@ -110,7 +110,11 @@ def agent_config_for(cfg: TrainConfig | ActorNodeConfig | LearnerNodeConfig, env
                 action_dim=env.action_space.shape[0], grasp_critic=task.uses_gripper and not external_base,
                 residual_scale=cfg.residual_scale if residual else 0.0,
                 residual_penalty=cfg.residual_penalty if residual else 0.0, base_action_dim=external_base,
-                max_return=1.0 if success_reward(cfg, task) else None, device=resolve_device(cfg.device))
+                device=resolve_device(cfg.device))
+    if cfg.agent.max_return is not None and not success_reward(cfg, task):
+        raise ConfigError(f"agent: max_return={cfg.agent.max_return:g} bounds the returns of the success reward that "
+                          "ends an episode; this mapped env rewards with its own reward (add --reward-classifier "
+                          "or leave max_return out)")
     if getattr(task, "foreign", False):  # a mapped env: where its state says the gripper is open, if it says so
         if task.gripper_open_index is None:
             base.update(grasp_penalty=0.0)

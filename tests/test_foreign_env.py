@@ -527,24 +527,32 @@ def test_a_success_classifier_on_the_maps_cameras_rewards_a_foreign_run(tmp_path
 
 
 def test_the_critics_targets_are_bounded_by_one_only_where_the_reward_is_the_success(tmp_path, env_map):
-    """Our contract's reward (1 on the success that ends the episode: the twin's, the classifier's,
-    on a mapped env too) bounds every return by 1, so the critics' targets are clipped there; a
-    mapped env's own reward may be anything, so its targets are not."""
+    """``max_return`` 1 (the human-in-the-loop recipe's) bounds the critics' targets where the
+    reward is our contract's (1 on the success that ends the episode: the twin's, the
+    classifier's, on a mapped env too); a mapped env's own reward may be anything, so there the
+    setting is refused in one line. Left out, no run clips."""
     from robot_rl.agent_setup import agent_config_for
+    from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION
     from robot_rl.commands.train import TrainConfig
     from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.config_values import ConfigError
     from robot_rl.envs import spec_env
 
+    assert HUMAN_IN_THE_LOOP_EXPLORATION["max_return"] == 1.0
+    recipe = dict(HUMAN_IN_THE_LOOP_EXPLORATION)
     twin = spec_env("PickCube", "state")
-    for cfg in (TrainConfig(), ActorNodeConfig(), LearnerNodeConfig()):
-        assert agent_config_for(cfg, twin).max_return == 1.0
+    for make in (TrainConfig, ActorNodeConfig, LearnerNodeConfig):
+        assert agent_config_for(make(), twin).max_return is None
+        assert agent_config_for(make(agent=recipe), twin).max_return == 1.0
     env = MappedEnv(LocalEnv(REACH, {}), read_env_map(env_map), REACH)
     try:
-        own = TrainConfig(env=REACH, env_map=str(env_map))
-        assert agent_config_for(own, env).max_return is None
+        assert agent_config_for(TrainConfig(env=REACH, env_map=str(env_map)), env).max_return is None
+        with pytest.raises(ConfigError, match=r"^agent: max_return=1 bounds the returns of the success reward .*"
+                                              r"this mapped env rewards with its own reward"):
+            agent_config_for(TrainConfig(env=REACH, env_map=str(env_map), agent=recipe), env)
         classifier = tmp_path / "clf"
         classifier.mkdir()
-        rewarded = TrainConfig(env=REACH, env_map=str(env_map), reward_classifier=str(classifier))
+        rewarded = TrainConfig(env=REACH, env_map=str(env_map), reward_classifier=str(classifier), agent=recipe)
         assert agent_config_for(rewarded, env).max_return == 1.0
     finally:
         env.close()
