@@ -400,9 +400,9 @@ class SACAgent(nn.Module):
                    bootstrap: torch.Tensor, next_feat: torch.Tensor, next_target_feat: torch.Tensor,
                    demo_rows: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
         """The discrete gripper head: a double-DQN target (the online head picks the next command,
-        the target head rates it; clipped to ``max_return`` as the critics'), plus DQfD's large-margin loss on demo rows: the demonstrated
-        command must beat every other by ``grasp_margin``, so the greedy choice is defined where
-        only demos exist."""
+        the target head rates it; clipped to ``max_return`` as the critics'), plus DQfD's
+        large-margin loss on demo rows: the demonstrated command must beat every other by
+        ``grasp_margin``, so the greedy choice is defined where only demos exist."""
         command = gripper_index(gripper)
         with torch.no_grad(), self._autocast():
             best_next = self.grasp(next_feat).argmax(-1, keepdim=True)
