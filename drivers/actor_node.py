@@ -141,12 +141,13 @@ class ActorNode(Node):
                 self.events.wait(0.1)
             elif result.dropped or result.episode is not None:
                 self.publish_status()
-            if result is not None and not result.dropped:
+            if result is not None:  # a dropped episode is over too: a simulated human stands by through the reset
                 self.pub_step.publish(String(data=status_json(
                     episode=actor.stats.episodes - (result.episode is not None), step=result.episode_step,
                     reward=result.reward, episode_return=result.episode_return,
                     confidence=result.info.get("classifier_p"), intervening=result.by_human,
-                    success=result.success, episode_over=result.episode is not None)))
+                    success=result.success, episode_over=result.dropped or result.episode is not None,
+                    dropped=result.dropped)))
         self.wait_for_recorder(stop)  # if it stopped on its own, the supervisor stops the recorder next
         self.publish_status()
 

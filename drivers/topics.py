@@ -41,7 +41,7 @@ TELEOP_EVENTS = "teleop/events"  # std_msgs/String: one of contract.OPERATOR_EVE
 TELEOP_HEARTBEAT = "teleop/heartbeat"  # std_msgs/Empty each teleop tick: the operator's path is alive
 APPLIED_ACTION = "arm/applied_action"  # Float64MultiArray [stamp_s, action 7, by_operator 0/1] per tick
 ACTOR_STATUS = "actor/status"  # std_msgs/String JSON, latched: counts, the last episode, weights version
-ACTOR_STEP = "actor/step"  # std_msgs/String JSON per control step: episode, step, reward, confidence, intervening, episode_over
+ACTOR_STEP = "actor/step"  # std_msgs/String JSON per control step: episode, step, reward, confidence, intervening, episode_over, dropped
 # learning: absolute names, so that several robots (arm, cameras and actor under a namespace
 # each: robot1/arm/..., robot2/arm/...) feed one learner and one recorder
 TRANSITIONS = "/learner/transitions"  # std_msgs/UInt8MultiArray: wire frames (actors -> learner)

@@ -290,17 +290,21 @@ def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_
         probe.close()
 
     # the actor's steps in runs, each from step 1 (the probe may have joined mid-run): a run whose
-    # episode number comes again was dropped
-    runs: list[list] = []  # [episode number, steps]
+    # episode number comes again was dropped, and ends on a message that says so (dropped and over: the operator's simulated human stands by through the reset)
+    runs: list[list] = []  # [episode number, steps, dropped]
     for s in log:
-        if s["step"] == 1:
-            runs.append([s["episode"], 0])
-        if runs:
+        if s["step"] == 1 and not s["dropped"]:
+            runs.append([s["episode"], 0, False])
+        if runs and s["dropped"]:
+            assert s["episode_over"] and s["episode"] == runs[-1][0] and s["step"] == runs[-1][1]
+            runs[-1][2] = True
+        elif runs:
             runs[-1][1] += 1
             assert s["step"] == runs[-1][1] and s["episode"] == runs[-1][0], "step messages in order, none missing"
-    voided = [(episode, n) for (episode, n), (after, _) in zip(runs, runs[1:]) if after == episode]
-    finished = {episode: n for (episode, n), (after, _) in zip(runs, runs[1:]) if after == episode + 1}
+    voided = [(episode, n) for (episode, n, _), (after, _, _) in zip(runs, runs[1:]) if after == episode]
+    finished = {episode: n for (episode, n, _), (after, _, _) in zip(runs, runs[1:]) if after == episode + 1}
     assert len(voided) == 1 and voided[0][0] == hung and voided[0][1] >= 2
+    assert [episode for episode, _, dropped in runs if dropped] == [hung]
     assert hung in finished  # played anew after the operator came back
     store = EpisodeStore.open(store_path)
     assert len(store) >= recorded > hung
