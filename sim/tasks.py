@@ -115,9 +115,9 @@ class PickCube(Task):
     cube_yaw_range = np.pi / 4
     lift_height = 0.10
     classifier_cameras = ("front", "wrist", "side")  # the side camera looks level at the lift line
-    # from pixels its main job ends as high at 4,000 env steps as it did at 10,000 (0.98 / 0.96 / 1.00,
-    # seeds 0-2) in 13-15 minutes on 2 CPU cores against 25-29 (docs/CALIBRATION.md); the state and
-    # ROS 2 runs were measured at 10,000: STEPS=10000 reproduces those
+    # from pixels its main job ends at 0.98 / 0.96 / 0.98 (seeds 0-2) at 4,000 env steps against
+    # 0.98 / 0.96 / 1.00 at 10,000, in 13-14 minutes on 2 CPU cores against 24-29 (docs/CALIBRATION.md);
+    # the state and ROS 2 runs were measured at 10,000: STEPS=10000 reproduces those
     main_job_steps = 4_000
     objects = (
         SceneObject("cube", (BoxGeom((0.02, 0.02, 0.02)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.05, friction=1.0),

@@ -290,7 +290,8 @@ def test_an_episode_during_which_the_arm_holds_is_dropped_and_the_actor_resumes_
         probe.close()
 
     # the actor's steps in runs, each from step 1 (the probe may have joined mid-run): a run whose
-    # episode number comes again was dropped, and ends on a message that says so (dropped and over: the operator's simulated human stands by through the reset)
+    # episode number comes again was dropped, and ends on a message that says so (dropped and over:
+    # the operator's simulated human stands by through the reset)
     runs: list[list] = []  # [episode number, steps, dropped]
     for s in log:
         if s["step"] == 1 and not s["dropped"]:
