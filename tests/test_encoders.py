@@ -63,6 +63,15 @@ def test_random_shift_is_replicate_pad_then_crop():
         assert torch.equal(out[i, :, :, 1], out[i, :, :, 0])
 
 
+def test_random_shift_of_a_strided_view_is_the_shift_of_its_copy():
+    x = _images(6, 16, 20)
+    view = torch.cat([x, x], dim=3)[:, :, :, ::2]  # a non-contiguous [B, H, W, 3]
+    assert not view.is_contiguous()
+    a = random_shift(view, pad=3, generator=torch.Generator().manual_seed(5))
+    b = random_shift(view.contiguous(), pad=3, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a, b)
+
+
 def test_random_shift_generator_is_reproducible():
     x = _images(8)
     a = random_shift(x, generator=torch.Generator().manual_seed(3))
