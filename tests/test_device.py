@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from robot_rl.contract import Transition
-from robot_rl.runtime.device import DeviceError, resolve_device
+from robot_rl.runtime.device import DeviceError, machine, resolve_device
 
 
 def test_auto_and_cpu_resolve_to_a_device_this_machine_has():
@@ -17,6 +17,14 @@ def test_auto_and_cpu_resolve_to_a_device_this_machine_has():
 def test_cuda_without_a_gpu_says_what_was_found():
     with pytest.raises(DeviceError, match=r"--device cuda:1: no CUDA GPU found .*this machine has: cpu"):
         resolve_device("cuda:1")
+
+
+def test_the_machine_a_figure_was_measured_on_names_its_cpu_cores_and_kernels():
+    seen = machine()
+    assert seen["cpu"] and seen["cores"] >= 1
+    assert seen["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # e.g. AVX2 or AVX512
+    assert seen["torch"] == torch.__version__
+    assert (seen["gpu"] is None) == (not torch.cuda.is_available())
 
 
 def test_a_name_that_is_no_device_lists_the_choices():

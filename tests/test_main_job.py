@@ -214,6 +214,7 @@ def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
     assert f"go on with robot-rl main --resume {run}" in err
     record = json.loads((run / "main_job.json").read_text())
     assert list(record["stages"]) == ["record", "classifier", "encoder"]  # round 1 was cut off
+    assert record["machine"]["cores"] >= 1 and record["machine"]["torch_cpu_capability"]  # what the wall times mean
     assert (run / "checkpoints").is_dir()
 
     resumed = robot_rl_main("--resume", str(run))

@@ -56,7 +56,9 @@ def _cmd_bench(args) -> int:
     from robot_rl.bench import run_benchmark
 
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    figures = run_benchmark(args.name, quick=args.quick, log=log, device=args.device)
+    from robot_rl.runtime.device import machine
+
+    figures = {**run_benchmark(args.name, quick=args.quick, log=log, device=args.device), "machine": machine()}
     if args.json:
         print(json.dumps(figures))
     else:

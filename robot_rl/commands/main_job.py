@@ -53,6 +53,7 @@ from robot_rl.commands.main_job_runner import (
 from robot_rl.config import MainJobConfig
 from robot_rl.config_values import ConfigError, check_values
 from robot_rl.errors import InputError, UserFacingError
+from robot_rl.runtime.device import machine
 
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
 IMAGE_SIZE = "64"
@@ -472,7 +473,7 @@ def new_job(cfg: MainJobConfig, log: Callable[[str], None] = print) -> MainJob:
     if run.exists() and any(run.iterdir()):
         raise MainJobError(f"--run-dir {run} exists and is not empty: go on with robot-rl main --resume {run}, or "
                            "choose another folder")
-    record = {"format": JOB_FORMAT, "robot_rl": robot_rl.__version__,
+    record = {"format": JOB_FORMAT, "robot_rl": robot_rl.__version__, "machine": machine(),
               "config": json.loads(json.dumps(dataclasses.asdict(cfg))), "stages": {}}
     return MainJob(cfg, run, record, log)  # checks the task
 

@@ -4,6 +4,8 @@ one clear error saying what was found."""
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 from contextlib import contextmanager
 
@@ -26,6 +28,32 @@ def found_devices() -> str:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         found.append("mps")
     return ", ".join(found)
+
+
+def machine() -> dict:
+    """What a figure was measured on: the CPU (model name, family and model numbers: its
+    generation), the cores this process may use, the instruction set torch's CPU kernels run
+    (AVX2, AVX512, ...), torch's version and the GPU if there is one. Two wall times compare
+    only when these agree: the same 2-core job took 13 min on one EPYC and 26 on another."""
+    import torch
+
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:  # Linux; elsewhere, platform's word for it
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "cpu family", "model") and key.strip() not in fields:
+                    fields[key.strip()] = value.strip()
+                if not line.strip() and fields:
+                    break
+    except OSError:
+        pass
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        cpu += f" (family {fields['cpu family']}, model {fields['model']})"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def resolve_device(spec: str | None = "auto") -> str:
