@@ -349,6 +349,36 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
         load_agent(tmp_path / "missing.safetensors")
 
 
+def _shapes(agent):
+    return {key: tuple(value.shape) for key, value in agent.state_dict().items()}
+
+
+def test_the_fields_declared_as_shaping_the_networks_are_the_ones_that_do():
+    """network_of (what a checkpoint must match) reads the fields declared with network(): each
+    changes the agent's weights' names or shapes, and a field not declared so (its training
+    settings) leaves them as they are."""
+    from robot_rl.agents.settings import network_fields
+    from robot_rl.runtime.checkpoint import NETWORK_FIELDS
+
+    assert NETWORK_FIELDS == network_fields(SACConfig)
+    assert set(NETWORK_FIELDS) == {"image_encoder", "image_features", "state_features", "hidden", "num_critics",
+                                   "state_dim", "cameras", "image_size", "action_dim", "grasp_critic"}
+    def agent(**kw):
+        return SACAgent(SACConfig(**{"state_dim": 8, "hidden": (32, 32), "cameras": ("front",), "image_size": (32, 32),
+                                     **kw}))
+
+    base = _shapes(agent())
+    for field_, value in (("image_features", 16), ("state_features", 8), ("hidden", (32, 16)), ("num_critics", 3),
+                          ("state_dim", 9), ("cameras", ("front", "wrist")), ("image_size", (48, 48)),
+                          ("action_dim", 5), ("grasp_critic", False), ("image_encoder", "resnet18")):
+        assert field_ in NETWORK_FIELDS
+        assert _shapes(agent(**{field_: value})) != base, field_
+    for field_, value in (("discount", 0.9), ("tau", 0.01), ("actor_lr", 1e-3), ("num_target_critics", 1),
+                          ("grasp_penalty", 0.0), ("init_temperature", 0.1), ("augment_pad", 2)):
+        assert field_ not in NETWORK_FIELDS
+        assert _shapes(agent(**{field_: value})) == base, field_
+
+
 def test_read_agent_config_reads_the_saved_config_alone(tmp_path):
     agent = _agent(num_critics=4, residual_scale=0.3)
     save_agent(agent, tmp_path / "agent.safetensors")

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from robot_rl.errors import InputError
+
+
+def network(default):
+    """A field that shapes the agent's networks: a checkpoint loads only into an agent whose every
+    such field is the same (``robot_rl.runtime.checkpoint.network_of``)."""
+    return field(default=default, metadata={"shapes_networks": True})
+
+
+def network_fields(cls) -> tuple[str, ...]:
+    """The fields of ``cls`` (``SACConfig``) that shape the networks (declared with ``network()``)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("shapes_networks"))
 
 
 # The exploration of a run with a human in the loop, as HIL-SERL's actor explores (the main job,
@@ -32,16 +43,16 @@ class AgentSettings:
     ``SACConfig``'s alone: ``DERIVED`` says where each comes from."""
 
     # observation
-    image_encoder: str = "drq"  # "drq", "resnet18" or "frozen" (a head over cached features: --frozen-encoder)
-    image_features: int = 64
-    state_features: int = 0  # 0: normalised state straight into the heads
+    image_encoder: str = network("drq")  # "drq", "resnet18" or "frozen" (a head over cached features: --frozen-encoder)
+    image_features: int = network(64)
+    state_features: int = network(0)  # 0: normalised state straight into the heads
     pretrained_path: str | None = None
     freeze_backbone: bool = False
     augment_pad: int = 4
     feature_augment_pad: int = 1  # random shift of cached feature maps, in feature cells
     # networks
-    hidden: tuple[int, ...] = (256, 256)
-    num_critics: int = 2
+    hidden: tuple[int, ...] = network((256, 256))
+    num_critics: int = network(2)
     num_target_critics: int = 2  # REDQ: min over a random subset of this size
     # optimisation
     discount: float = 0.97
@@ -81,15 +92,16 @@ DERIVED = {"state_dim": "the env's observation", "cameras": "--cameras", "image_
 @dataclass
 class SACConfig(AgentSettings):
     """Everything the agent is built from: the user's ``AgentSettings`` and what the run derives
-    (``robot_rl.agent_setup.agent_config_for``); a checkpoint records it whole."""
+    (``robot_rl.agent_setup.agent_config_for``); a checkpoint records it whole. The fields declared
+    with ``network()`` shape the networks (``network_fields``)."""
 
-    state_dim: int = 27
-    cameras: tuple[str, ...] = ()
-    image_size: tuple[int, int] = (64, 64)
+    state_dim: int = network(27)
+    cameras: tuple[str, ...] = network(())
+    image_size: tuple[int, int] = network((64, 64))
     frozen_encoder: dict | None = None  # with image_encoder "frozen": the encoder's description (its meta, sha)
     frozen_encoder_path: str | None = None  # ... and the folder its weights load from (None: from a checkpoint)
-    action_dim: int = 7
-    grasp_critic: bool = True
+    action_dim: int = network(7)
+    grasp_critic: bool = network(True)
     residual_scale: float = 0.0  # > 0: learn a bounded residual on a frozen BC base policy
     residual_penalty: float = 0.0  # weight of |deterministic action - base action|^2 (relative to a normalised Q)
     base_action_dim: int = 0  # > 0: an external base policy's action is the last this many numbers of obs["state"]

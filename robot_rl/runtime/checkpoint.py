@@ -32,6 +32,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.agents.settings import network_fields
 from robot_rl.errors import DiskFullError, UserFacingError, is_disk_full
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 
@@ -129,9 +130,9 @@ def check_compatible(agent_config: SACConfig, env, ckpt: Path) -> None:
                               "use it with the task, --obs mode, cameras and image size it was trained with")
 
 
-# the settings that shape the agent's networks (with whether a residual base policy exists)
-NETWORK_FIELDS = ("state_dim", "action_dim", "cameras", "image_size", "image_encoder", "image_features",
-                  "state_features", "hidden", "num_critics", "grasp_critic")
+# the settings that shape the agent's networks (declared with network() in agents/settings.py; with
+# whether a residual base policy exists)
+NETWORK_FIELDS = network_fields(SACConfig)
 
 
 def network_of(cfg: SACConfig) -> dict:
