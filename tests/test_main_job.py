@@ -33,7 +33,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     pixels = plan(capsys)
     assert [line.split(":")[0] for line in pixels] == [f"stage {k} of 7" for k in range(1, 8)]
-    assert "train round 1: PickCube from pixels for 3000 env steps" in pixels[3]
+    assert "train round 1: PickCube from pixels for 7500 env steps" in pixels[3]
     assert "simulated human (eagerness 0.5)" in pixels[3]
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
@@ -148,7 +148,7 @@ def run_main_sh(tmp_path: Path, *args: str, echo: bool = False, **variables: str
 
 
 @pytest.mark.parametrize("variables, extra, stages, says", [
-    ({}, "--seed 3", 7, "PickCube from pixels for 3000 env steps"),
+    ({}, "--seed 3", 7, "PickCube from pixels for 7500 env steps"),
     ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, "--seed 3", 6,
      "PegInsert from state for 1 env steps"),
     ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, "--seed 3", 7, "eagerness 0.25"),
