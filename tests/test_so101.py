@@ -132,32 +132,32 @@ def test_the_sdk_pings_reads_and_writes_the_simulated_servos(bus):
         after = bus.raw_ticks(bus.joints()) % 4096
         ticks = np.array([ft.decode("Present_Position", bytes(reader.data_dict[s])) for s in range(1, 7)])
         assert np.all((ticks >= np.minimum(before, after) - 2) & (ticks <= np.maximum(before, after) + 2))
-        # torque on and a goal 0.6 rad further for the elbow: the joint goes there
+        # torque on and a goal 0.6 rad further for the elbow: the joint goes there. The limp arm is
+        # held by hand first (it may still be sagging) and the goal taken from the pose it is held at
         elbow = 3
-        goal = int(ticks[elbow - 1] + 0.6 * ft.TICKS_PER_RAD)
+        held = bus.joints()
+        bus.hold_by_hand(held)
+        start = held[elbow - 1]
+        goal = int(bus.raw_ticks(held)[elbow - 1] % 4096 + round(0.6 * ft.TICKS_PER_RAD))
         assert packets.write1ByteTxRx(port, elbow, 40, 1)[0] == scs.COMM_SUCCESS
-        bus.hold_by_hand(bus.joints())  # the limp arm held where it is, then let go as the torque comes on
-        start = bus.joints()[elbow - 1]
-        bus.hold_by_hand(None)
         writer = scs.GroupSyncWrite(port, packets, 42, 2)
         writer.addParam(elbow, list(ft.encode("Goal_Position", goal)))
         assert writer.txPacket() == scs.COMM_SUCCESS
-        assert wait_for(lambda: abs(bus.joints()[elbow - 1] - start - 0.6) < 0.01), bus.joints()
+        bus.hold_by_hand(None)  # let go: the servo drives the joint to its goal
+        assert wait_for(bus, lambda: abs(bus.joints()[elbow - 1] - start - 0.6) < 0.01), (start, bus.joints())
         model, result, error = packets.read1ByteTxRx(port, elbow, 40)
         assert (model, result) == (1, scs.COMM_SUCCESS)
     finally:
         port.closePort()
 
 
-def wait_for(condition, reads: int = 200) -> bool:
-    """Poll ``condition`` while the simulated arm moves (each poll waits for its physics to step)."""
-    import threading
-
-    tick = threading.Event()
-    for _ in range(reads):
+def wait_for(bus, condition, ticks: int = 1000) -> bool:
+    """Poll ``condition`` while the simulated arm moves, each poll after the physics' next steps
+    (at least 4 ms of simulated time: 1,000 polls give the arm 4 s however loaded the machine is)."""
+    for _ in range(ticks):
         if condition():
             return True
-        tick.wait(0.01)
+        bus.tick()
     return condition()
 
 
