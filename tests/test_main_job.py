@@ -33,11 +33,13 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     pixels = plan(capsys)
     assert [line.split(":")[0] for line in pixels] == [f"stage {k} of 7" for k in range(1, 8)]
-    assert "train round 1: PickCube from pixels for 7500 env steps" in pixels[3]
+    assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
+    assert "(SAC/RLPD, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
     assert "simulated human (eagerness 0.5)" in pixels[3]
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
+    assert "reward (SAC/RLPD) (expected" in state[2]  # no settings of its own
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
@@ -148,7 +150,7 @@ def run_main_sh(tmp_path: Path, *args: str, echo: bool = False, **variables: str
 
 
 @pytest.mark.parametrize("variables, extra, stages, says", [
-    ({}, "--seed 3", 7, "PickCube from pixels for 7500 env steps"),
+    ({}, "--seed 3", 7, "PickCube from pixels for 6000 env steps"),
     ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, "--seed 3", 6,
      "PegInsert from state for 1 env steps"),
     ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, "--seed 3", 7, "eagerness 0.25"),

@@ -201,6 +201,7 @@ def train_round_1(job: MainJob) -> None:
     observation = ["--obs", "state"] if cfg.observation == "state" else [
         "--obs", "pixels", "--frozen-encoder", job.path("encoder")]
     recipe = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()]  # the package's, never copied
+    recipe += list(job.task.main_job_agent)  # and the task's own, where measured to pay
     job.robot_rl("train", "--task", cfg.task, *observation, "--demos", job.path("demos.zarr"),
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
@@ -380,7 +381,7 @@ def stages_of(job: MainJob) -> list[Stage]:
     ms = STEP_MS[cfg.observation]
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task} from {cfg.observation} for {j.round1} env steps with the "
-                                  f"classifier's reward (SAC/RLPD){human}", lambda j: about_minutes(j.round1 * ms / 1000),
+                                  f"classifier's reward (SAC/RLPD{''.join(', ' + a for a in j.task.main_job_agent)}){human}", lambda j: about_minutes(j.round1 * ms / 1000),
               train_round_1, lambda j: verify_round(j, j.round1)),
         Stage("check", lambda j: f"check the classifier on the round-1 policy's own rollouts ({cfg.rollout_episodes} "
                                  "episodes); retrain it above 1% false positives",
