@@ -346,6 +346,7 @@ def verify_report(job: MainJob) -> None:
 def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g})" if job.cfg.eagerness else "")
+    recipe = "".join(f", {setting}" for setting in job.task.main_job_agent)  # the task's own agent settings
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
@@ -381,8 +382,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     ms = STEP_MS[cfg.observation]
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task} from {cfg.observation} for {j.round1} env steps with the "
-                                  f"classifier's reward (SAC/RLPD{''.join(', ' + a for a in j.task.main_job_agent)}){human}", lambda j: about_minutes(j.round1 * ms / 1000),
-              train_round_1, lambda j: verify_round(j, j.round1)),
+                                  f"classifier's reward (SAC/RLPD{recipe}){human}",
+              lambda j: about_minutes(j.round1 * ms / 1000), train_round_1, lambda j: verify_round(j, j.round1)),
         Stage("check", lambda j: f"check the classifier on the round-1 policy's own rollouts ({cfg.rollout_episodes} "
                                  "episodes); retrain it above 1% false positives",
               lambda j: "about 1 min (2 more if it retrains)", check_classifier_on_the_policy, verify_check,
