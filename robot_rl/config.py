@@ -397,7 +397,7 @@ class EncoderPretrainConfig:
     """``robot-rl encoder pretrain``: candidate frozen backbones, each measured, the best written."""
 
     cameras: tuple[str, ...] = setting(("front", "wrist"), "the cameras it encodes", metavar="NAME")
-    objectives: tuple[str, ...] = setting(("bc",), "candidates to train: bc, autoencoder (default bc: the probe's "
+    objectives: tuple[str, ...] = setting(("bc",), "candidates to train: bc, bc_goal, autoencoder (default bc: the probe's "
                                                    "ranking did not predict the policy's success, bc was among the "
                                                    "best; docs/CALIBRATION.md)", flags=("--objective",),
                                           metavar="NAME")

@@ -81,6 +81,10 @@ class Task:
     # The agent settings (KEY=VALUE, `robot-rl train --agent`) the main job adds to the package's
     # human-in-the-loop recipe for this task, where measured to pay (docs/CALIBRATION.md).
     main_job_agent: tuple[str, ...] = ()
+    # The frozen image encoder's pretraining objective in the main job (`robot-rl encoder
+    # pretrain --objective`): bc, or bc_goal where the goal is small in the image and actions
+    # alone teach the backbone little of where it is (docs/CALIBRATION.md).
+    main_job_encoder: str = "bc"
 
     @classmethod
     def description(cls) -> str:
@@ -218,6 +222,7 @@ class PegInsertHard(PegInsert):
     grasp_tilt_range = np.radians(4.0)  # about the base x and y axes
     main_job_steps = 20_000
     clone_corrections = False
+    main_job_encoder = "bc_goal"  # the clone from pixels 0.42 / 0.30 / 0.28 against bc's 0.00 / 0.08 / 0.36
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:

@@ -5,6 +5,10 @@ local files), then each is frozen and measured the same way, and the best one is
 
     bc           the backbone of a policy cloned from the successful episodes (images + robot
                  state -> the recorded action), random-shift augmented.
+    bc_goal      bc, and from the same features where the take ended: its last TCP position and
+                 yaw relative to the frame's (a real cell's recordings hold both). Where the goal
+                 is small in the image and far from the hand (a hole anywhere in 10 x 10 cm),
+                 actions alone teach the backbone little of where it is (docs/CALIBRATION.md).
     autoencoder  self-supervised: a deep spatial autoencoder (Finn et al. 2016) on every frame:
                  backbone -> spatial-softmax keypoints -> a linear decoder of the frame at 1/4
                  size in grey; the keypoints learn where things are.
@@ -36,7 +40,8 @@ from robot_rl.agents.sac import gripper_index
 from robot_rl.config import EncoderPretrainConfig
 from robot_rl.runtime.progress import ProgressLines
 
-OBJECTIVES = ("bc", "autoencoder", "classifier", "pretrained")
+OBJECTIVES = ("bc", "bc_goal", "autoencoder", "classifier", "pretrained")
+GOAL_SCALE = 10.0  # the end pose's offset in decimetres: about unit scale over a work cell
 
 
 # --------------------------------------------------------------------------- data
@@ -47,7 +52,7 @@ def load_frames(paths, cameras) -> dict:
 
     if not paths:
         raise FrozenEncoderError("encoder pretrain needs at least one episode store (--data)")
-    out: dict[str, list] = {"state": [], "action": [], "episode": [], "task": []}
+    out: dict[str, list] = {"state": [], "action": [], "episode": [], "task": [], "end_state": []}
     images: dict[str, list] = {cam: [] for cam in cameras}
     size, next_episode = None, 0
     for path in paths:
@@ -74,6 +79,8 @@ def load_frames(paths, cameras) -> dict:
             out["action"].append(ep["action"][acted].astype(np.float32))
             out["episode"].append(np.full(len(acted), next_episode))
             out["task"].append(in_task)
+            last = (ends[0] if ends.size else len(acted) - 1)  # the take's last acted frame
+            out["end_state"].append(np.repeat(ep["state"][acted][last:last + 1].astype(np.float32), len(acted), 0))
             next_episode += 1
     if next_episode == 0:
         raise FrozenEncoderError(f"{', '.join(map(str, paths))}: no complete episode")
@@ -137,20 +144,60 @@ def fit(loss_of, params, lr: float, rows: np.ndarray, steps: int, seed: int, lab
 
 
 # --------------------------------------------------------------------------- candidates
-def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log) -> FrozenEncoder:
-    """Backbones of a policy cloned from the training rows (images augmented by random shift)."""
+def _yaw(quat: np.ndarray) -> np.ndarray:
+    """The TCP's heading about the base's z axis, of quaternions (w, x, y, z) in rows."""
+    w, x, y, z = quat.T
+    return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def end_pose_targets(frames: dict) -> np.ndarray:
+    """Per frame, where its take ended relative to it: the last TCP position minus this one's
+    (decimetres, base frame) and the yaw still to turn (radians, wrapped): [N, 4]."""
+    state, end = frames["state"], frames["end_state"]
+    turn = (_yaw(end[:, 3:7]) - _yaw(state[:, 3:7]) + np.pi) % (2 * np.pi) - np.pi
+    return np.concatenate([GOAL_SCALE * (end[:, :3] - state[:, :3]), turn[:, None]], 1).astype(np.float32)
+
+
+class GoalHead(nn.Module):
+    """Features per camera + robot state -> the take's end pose relative to now (bc_goal)."""
+
+    def __init__(self, cameras, shape, normalizer: StateNormalizer, state_dim: int):
+        super().__init__()
+        self.cameras = tuple(cameras)
+        self.heads = nn.ModuleDict({cam: FeatureHead(shape, 64) for cam in self.cameras})
+        self.normalizer = normalizer  # the action head's, fitted once
+        self.net = mlp(64 * len(self.cameras) + state_dim, (256, 256), 4)
+
+    def forward(self, feats: dict, state: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([self.heads[cam](feats[cam]) for cam in self.cameras] + [self.normalizer(state)], -1))
+
+
+def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log, goal: bool = False) -> FrozenEncoder:
+    """Backbones of a policy cloned from the training rows (images augmented by random shift);
+    with ``goal`` (objective bc_goal) the same features also predict where the take ended."""
     torch.manual_seed(seed)
-    meta = {**DRQ, "cameras": list(cameras), "image_size": list(frames["image_size"]), "objective": "bc"}
+    objective = "bc_goal" if goal else "bc"
+    meta = {**DRQ, "cameras": list(cameras), "image_size": list(frames["image_size"]), "objective": objective}
     encoder = FrozenEncoder(meta)
     backbones = nn.ModuleDict({cam: Backbone(meta) for cam in cameras})
-    head = ActionHead(cameras, feature_shape(meta), frames["state"].shape[1], frames["action"].shape[1] - 1)
+    state_dim = frames["state"].shape[1]
+    head = ActionHead(cameras, feature_shape(meta), state_dim, frames["action"].shape[1] - 1)
     head.normalizer.fit(torch.as_tensor(frames["state"][rows]))
+    params = list(backbones.parameters()) + list(head.parameters())
+    if goal:
+        goal_head = GoalHead(cameras, feature_shape(meta), head.normalizer, state_dim)
+        targets = torch.as_tensor(end_pose_targets(frames))
+        params += list(goal_head.parameters())
 
     def loss_of(idx: np.ndarray) -> torch.Tensor:
         feats = {cam: backbones[cam](random_shift(torch.as_tensor(frames["images"][cam][idx]), 4)) for cam in cameras}
-        return action_loss(head, feats, torch.as_tensor(frames["state"][idx]), torch.as_tensor(frames["action"][idx]))
+        state = torch.as_tensor(frames["state"][idx])
+        loss = action_loss(head, feats, state, torch.as_tensor(frames["action"][idx]))
+        if goal:  # summed over the 4 targets, as the motion's MSE is over its dimensions
+            loss = loss + ((goal_head(feats, state) - targets[idx]) ** 2).sum(-1).mean()
+        return loss
 
-    fit(loss_of, list(backbones.parameters()) + list(head.parameters()), 3e-4, rows, steps, seed, "  bc", log)
+    fit(loss_of, params, 3e-4, rows, steps, seed, f"  {objective}", log)
     encoder.backbones.load_state_dict(backbones.state_dict())
     return encoder
 
@@ -268,9 +315,9 @@ def pretrain_encoder(data, out, log=print, **settings) -> dict:
             raise FrozenEncoderError(f"objective {name} takes its backbone from {flag}: give it, or leave {name} out")
     # the candidates read from files come first, so that a bad file is named before any training
     objectives = list(dict.fromkeys(["classifier"] * bool(classifier) + ["pretrained"] * bool(pretrained)
-                                    + [o for o in objectives if o in ("bc", "autoencoder")]))
+                                    + [o for o in objectives if o in ("bc", "bc_goal", "autoencoder")]))
     if not objectives:
-        raise FrozenEncoderError("no candidate encoder: give --objective bc/autoencoder, --classifier DIR or "
+        raise FrozenEncoderError("no candidate encoder: give --objective bc/bc_goal/autoencoder, --classifier DIR or "
                                  "--pretrained FILE")
     frames = load_frames([str(p) for p in data], tuple(cameras))
     train_mask, held_mask = split_episodes(frames, c.held_out, seed)
@@ -281,8 +328,9 @@ def pretrain_encoder(data, out, log=print, **settings) -> dict:
     for name in objectives:
         t0 = time.time()
         log(f"candidate {name} ...")
-        if name == "bc":
-            encoder = train_bc(frames, train_rows[frames["task"][train_rows]], cameras, steps, seed, log)
+        if name in ("bc", "bc_goal"):
+            encoder = train_bc(frames, train_rows[frames["task"][train_rows]], cameras, steps, seed, log,
+                               goal=name == "bc_goal")
         elif name == "autoencoder":
             encoder = train_autoencoder(frames, train_rows, cameras, steps, seed, log)
         elif name == "classifier":

@@ -14,7 +14,8 @@ cell) and writes its outputs into the run folder:
 2. ``train_success_classifier``: calibrated for 1 % false positives on held-out episodes, the
    reward firing on 2 positive frames in a row -> ``classifier/``.
 3. ``pretrain_image_encoder`` (pixels only): the frozen backbone, behaviour cloning on the
-   demonstrations (one fixed objective, the same encoder on any machine) -> ``encoder/``.
+   demonstrations, on a hard task also their end poses (one fixed objective per task, the same
+   encoder on any machine) -> ``encoder/``.
 4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
    sim's ground truth, and the simulated human, whose takeovers are flagged and learned from
    -> checkpoints in the run folder.
@@ -176,10 +177,11 @@ def verify_classifier(job: MainJob, name: str = "classifier") -> None:
 # ------------------------------------------------------------------ stage 3: the image encoder
 def pretrain_image_encoder(job: MainJob) -> None:
     """In: demos.zarr. Out: encoder/ (the frozen backbone the pixel policy's features come from)."""
-    # one fixed objective, the same choice on any machine: behaviour cloning, the backbone of the
-    # pixel runs that reached 0.94-0.98 (docs/CALIBRATION.md); a probe's ranking of near-equal
-    # held-out losses flipped between machines and does not predict the policy's success
-    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", "bc",
+    # one fixed objective per task, the same choice on any machine: behaviour cloning (the backbone
+    # of the pixel runs that reached 0.94-0.98), with the take's end pose as a second target where
+    # the task says so (docs/CALIBRATION.md); a probe's ranking of near-equal held-out losses
+    # flipped between machines and does not predict the policy's success
+    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", job.task.main_job_encoder,
                  "--steps", str(job.cfg.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
 
 
@@ -377,7 +379,9 @@ def stages_of(job: MainJob) -> list[Stage]:
         ]
     if cfg.observation == "pixels":
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
-                                                 "demonstrations)", lambda j: "about 2 min", pretrain_image_encoder,
+                                                 "demonstrations" + (", and their end poses" if j.task.main_job_encoder
+                                                                     == "bc_goal" else "") + ")",
+                            lambda j: "about 2 min", pretrain_image_encoder,
                             verify_encoder, ("encoder",)))
     ms = STEP_MS[cfg.observation]
     return stages + [
