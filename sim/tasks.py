@@ -223,6 +223,9 @@ class PegInsertHard(PegInsert):
     main_job_steps = 20_000
     clone_corrections = False
     main_job_encoder = "bc_goal"  # the clone from pixels 0.42 / 0.30 / 0.28 against bc's 0.00 / 0.08 / 0.36
+    # the cached 5x5 feature maps unshifted: a one-cell shift (a fifth of the wrist camera's view)
+    # hides where the hole's block is, which is what an insertion needs (docs/CALIBRATION.md)
+    main_job_agent = ("feature_augment_pad=0",)
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:

@@ -394,6 +394,39 @@ def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, sto
     assert encoder.meta["chosen_from"] == ["autoencoder", "bc"] and encoder.meta["data"] == [str(store)]
 
 
+def test_end_pose_targets_are_where_each_take_ended_relative_to_the_frame():
+    """bc_goal's second target: the take's last TCP position minus the frame's (decimetres) and
+    the yaw still to turn, wrapped to (-pi, pi], about the base's z axis."""
+    from robot_rl.commands.encoder import GOAL_SCALE, end_pose_targets
+    from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, rotvec_to_matrix
+
+    def tcp_state(pos, yaw):  # the gripper down, turned by yaw about the base's z
+        state = np.zeros(20, np.float32)
+        state[:3], state[3:7] = pos, matrix_to_quat(rotvec_to_matrix(np.array([0.0, 0.0, yaw])) @ HOME_ROTATION)
+        return state
+
+    end = tcp_state((0.55, 0.03, 0.10), np.radians(170))
+    state = np.stack([tcp_state((0.50, 0.00, 0.15), np.radians(-170)), end])
+    targets = end_pose_targets({"state": state, "end_state": np.stack([end, end])})
+    assert GOAL_SCALE == 10.0
+    np.testing.assert_allclose(targets[0], [0.5, 0.3, -0.5, np.radians(-20)], atol=1e-5)  # the short way round
+    np.testing.assert_allclose(targets[1], 0.0, atol=1e-6)
+
+
+def test_encoder_pretrain_bc_goal_trains_one_backbone_on_both_targets(tmp_path, store, capsys):
+    out = tmp_path / "enc"
+    assert main(["encoder", "pretrain", "--data", str(store), "--out", str(out), "--steps", "5",
+                 "--probe-steps", "5", "--objective", "bc_goal"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report["candidates"]) == {"bc_goal"} and report["chosen"] == "bc_goal"
+    encoder = FrozenEncoder.load(out)
+    assert encoder.meta["objective"] == "bc_goal" and encoder.sha == report["sha"]
+    # the second target changes what the backbone learns: another encoder than bc's from the same start
+    assert main(["encoder", "pretrain", "--data", str(store), "--out", str(tmp_path / "bc"), "--steps", "5",
+                 "--probe-steps", "5", "--objective", "bc"]) == 0
+    assert FrozenEncoder.load(tmp_path / "bc").sha != encoder.sha
+
+
 def test_encoder_pretrain_measures_the_classifiers_and_your_resnet18(tmp_path, store, capsys):
     from robot_rl.agents.encoders import ResNet18Trunk
     from robot_rl.commands.encoder import from_classifier

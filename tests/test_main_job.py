@@ -36,10 +36,13 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
     assert "(SAC/RLPD, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
     assert "simulated human (eagerness 0.5)" in pixels[3]
+    assert "(behaviour cloning on the demonstrations)" in pixels[2]  # PickCube's encoder: bc
+    hard = plan(capsys, "--task", "PegInsertHard")
+    assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
-    assert "reward (SAC/RLPD) (expected" in state[2]  # no settings of its own
+    assert "reward (SAC/RLPD, feature_augment_pad=0) (expected" in state[2]  # its own setting
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
