@@ -249,3 +249,21 @@ def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
     assert done.returncode == 2
     assert f"{damaged / 'classifier'}: does not load" in one_line_error(done.stderr)
     assert snapshot(damaged) == before
+
+
+def test_every_tasks_main_job_settings_are_ones_the_commands_take():
+    """A task's own main-job settings reach `robot-rl train --agent` and `encoder pretrain
+    --objective`: a misspelt one would fail a job minutes in, so every task's is checked here."""
+    import dataclasses
+
+    from robot_rl.agents.settings import SACConfig
+    from robot_rl.commands.encoder import OBJECTIVES
+    from robot_rl.sim.tasks import TASKS
+
+    settings = {f.name for f in dataclasses.fields(SACConfig)}
+    for name, task in TASKS.items():
+        assert task.main_job_encoder in OBJECTIVES and task.main_job_encoder in ("bc", "bc_goal"), name
+        for setting in task.main_job_agent:
+            key, _, value = setting.partition("=")
+            assert key in settings and value, (name, setting)
+    assert TASKS["PegInsertHard"].main_job_encoder == "bc_goal" and TASKS["PickCube"].main_job_encoder == "bc"
