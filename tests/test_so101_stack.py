@@ -151,10 +151,15 @@ def test_the_arm_node_moves_the_simulated_so101_once_per_command_and_resets_its_
                 # state that tick read (the total below bounds repeats). Where the previous command was
                 # the standstill before the first step, that tick moved nothing (within 3 mm; seen in CI:
                 # -0.6 mm) and the step is in the next state; a step half shown (the bug above) is neither
-                step = pose - y
+                step, bound = pose - y, 2.2 * 0.015
                 if abs(step) < 0.2 * 0.015 and len(after) > 1:
                     step = after[1][1] - y
-                assert 0.8 * 0.015 < step < 2.2 * 0.015, step
+                elif 0.4 * 0.015 < step <= 0.8 * 0.015 and len(after) > 1:
+                    # the simulated servos behind wall time (its physics process starved on a loaded
+                    # machine; seen in CI: 8.1 mm a full period after the command, timed above): the
+                    # step moves on in the next state, which may hold the next command's 15 mm too
+                    step, bound = after[1][1] - y, 3.2 * 0.015
+                assert 0.8 * 0.015 < step < bound, step
             # 4.5 cm, not the 9 of each command executed on arrival and again at the tick; a command
             # late for its period (a loaded machine) lets the tick repeat the last one: 6 cm; the probe
             # two periods late (a loaded machine) lets the watchdog hold the arm where it is, losing
