@@ -59,9 +59,11 @@ def yaw_to_quat(yaw: float) -> np.ndarray:
     return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
 
 
-def quat_to_yaw(quat: np.ndarray) -> float:
-    w, x, y, z = quat
-    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+def quat_to_yaw(quat: np.ndarray) -> float | np.ndarray:
+    """The heading about the base's z axis of a quaternion (w, x, y, z), or of quaternions in rows."""
+    w, x, y, z = np.moveaxis(np.asarray(quat), -1, 0)
+    yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    return float(yaw) if np.ndim(yaw) == 0 else yaw
 
 
 # The TCP orientation at home: gripper pointing straight down, fingers closing along base y.

@@ -19,3 +19,11 @@ def test_quat_round_trip_and_yaw():
         q = q if q[0] >= 0 else -q
         np.testing.assert_allclose(matrix_to_quat(quat_to_matrix(q)), q, atol=1e-9)
     assert abs(quat_to_yaw(yaw_to_quat(0.7)) - 0.7) < 1e-12
+
+
+def test_quat_to_yaw_takes_one_quaternion_or_rows_of_them():
+    yaws = np.radians([-170.0, -20.0, 0.0, 45.0, 170.0])
+    rows = np.stack([yaw_to_quat(y) for y in yaws])
+    assert isinstance(quat_to_yaw(rows[0]), float)
+    np.testing.assert_allclose(quat_to_yaw(rows), [quat_to_yaw(q) for q in rows])
+    np.testing.assert_allclose(quat_to_yaw(rows), yaws, atol=1e-12)

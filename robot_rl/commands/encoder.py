@@ -38,6 +38,7 @@ from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, 
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
 from robot_rl.config import EncoderPretrainConfig
+from robot_rl.geometry import quat_to_yaw
 from robot_rl.runtime.progress import ProgressLines
 
 OBJECTIVES = ("bc", "bc_goal", "autoencoder", "classifier", "pretrained")
@@ -106,20 +107,29 @@ def split_episodes(frames: dict, held_out: float, seed: int) -> tuple[np.ndarray
 
 
 # --------------------------------------------------------------------------- a policy head
-class ActionHead(nn.Module):
-    """Features per camera + robot state -> (motion, gripper logits): the agent's actor, in small."""
+class FeatureMLP(nn.Module):
+    """Features per camera + robot state -> ``out_dim`` outputs: the agent's actor, in small."""
 
-    def __init__(self, cameras, shape, state_dim: int, motion_dim: int = 6):
+    def __init__(self, cameras, shape, state_dim: int, out_dim: int):
         super().__init__()
         self.cameras = tuple(cameras)
         self.heads = nn.ModuleDict({cam: FeatureHead(shape, 64) for cam in self.cameras})
         self.normalizer = StateNormalizer(state_dim)
-        self.net = mlp(64 * len(self.cameras) + state_dim, (256, 256), motion_dim + 3)
+        self.net = mlp(64 * len(self.cameras) + state_dim, (256, 256), out_dim)
+
+    def forward(self, feats: dict, state: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([self.heads[cam](feats[cam]) for cam in self.cameras] + [self.normalizer(state)], -1))
+
+
+class ActionHead(FeatureMLP):
+    """-> (motion, gripper logits): what the probe and bc fit to the recorded actions."""
+
+    def __init__(self, cameras, shape, state_dim: int, motion_dim: int = 6):
+        super().__init__(cameras, shape, state_dim, motion_dim + 3)
         self.motion_dim = motion_dim
 
     def forward(self, feats: dict, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([self.heads[cam](feats[cam]) for cam in self.cameras] + [self.normalizer(state)], -1)
-        out = self.net(x)
+        out = super().forward(feats, state)
         return torch.tanh(out[:, : self.motion_dim]), out[:, self.motion_dim:]
 
 
@@ -144,32 +154,12 @@ def fit(loss_of, params, lr: float, rows: np.ndarray, steps: int, seed: int, lab
 
 
 # --------------------------------------------------------------------------- candidates
-def _yaw(quat: np.ndarray) -> np.ndarray:
-    """The TCP's heading about the base's z axis, of quaternions (w, x, y, z) in rows."""
-    w, x, y, z = quat.T
-    return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-
-
 def end_pose_targets(frames: dict) -> np.ndarray:
     """Per frame, where its take ended relative to it: the last TCP position minus this one's
     (decimetres, base frame) and the yaw still to turn (radians, wrapped): [N, 4]."""
     state, end = frames["state"], frames["end_state"]
-    turn = (_yaw(end[:, 3:7]) - _yaw(state[:, 3:7]) + np.pi) % (2 * np.pi) - np.pi
+    turn = (quat_to_yaw(end[:, 3:7]) - quat_to_yaw(state[:, 3:7]) + np.pi) % (2 * np.pi) - np.pi
     return np.concatenate([GOAL_SCALE * (end[:, :3] - state[:, :3]), turn[:, None]], 1).astype(np.float32)
-
-
-class GoalHead(nn.Module):
-    """Features per camera + robot state -> the take's end pose relative to now (bc_goal)."""
-
-    def __init__(self, cameras, shape, normalizer: StateNormalizer, state_dim: int):
-        super().__init__()
-        self.cameras = tuple(cameras)
-        self.heads = nn.ModuleDict({cam: FeatureHead(shape, 64) for cam in self.cameras})
-        self.normalizer = normalizer  # the action head's, fitted once
-        self.net = mlp(64 * len(self.cameras) + state_dim, (256, 256), 4)
-
-    def forward(self, feats: dict, state: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([self.heads[cam](feats[cam]) for cam in self.cameras] + [self.normalizer(state)], -1))
 
 
 def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log, goal: bool = False) -> FrozenEncoder:
@@ -185,7 +175,8 @@ def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log
     head.normalizer.fit(torch.as_tensor(frames["state"][rows]))
     params = list(backbones.parameters()) + list(head.parameters())
     if goal:
-        goal_head = GoalHead(cameras, feature_shape(meta), head.normalizer, state_dim)
+        goal_head = FeatureMLP(cameras, feature_shape(meta), state_dim, 4)
+        goal_head.normalizer = head.normalizer  # fitted once, on the same rows
         targets = torch.as_tensor(end_pose_targets(frames))
         params += list(goal_head.parameters())
 
