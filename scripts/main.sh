@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the sim twin: set up .venv/, then `robot-rl main`, every stage of a lab's pipeline
 # (robot_rl/commands/main_job.py, read top to bottom as the stage table; docs/training.md).
-# Environment variables choose its options: TASK (--task, default PickCube), STEPS (--steps,
+# Environment variables choose its options: TASK (--task, default PegInsertHard), STEPS (--steps,
 # default the task's), OBS (--obs pixels|state), HUMAN (--human, the simulated human's eagerness
 # in [0, 1]; 0: none), STACK=ros (--stack ros: through the ROS 2 stack; a simulated human there
 # only for an SO-101 task, whose stack is so101_sim),

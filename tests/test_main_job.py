@@ -31,25 +31,47 @@ def plan(capsys, *args: str) -> list[str]:
 
 def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    pixels = plan(capsys)
-    assert [line.split(":")[0] for line in pixels] == [f"stage {k} of 7" for k in range(1, 8)]
+    hard = plan(capsys)  # the default task: PegInsertHard, where the clone gets at most half
+    assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
+    assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
+    assert "(SAC/RLPD, feature_augment_pad=0)" in hard[3]  # PegInsertHard's own main-job setting
+    assert "simulated human (eagerness 0.5)" in hard[3]
+    assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
+    assert "cameras at 64x64" in hard[0] and "cameras at 96x96" in plan(capsys, "--image-size", "96")[0]
+    pixels = plan(capsys, "--task", "PickCube")
     assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
     assert "(SAC/RLPD, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
-    assert "simulated human (eagerness 0.5)" in pixels[3]
     assert "(behaviour cloning on the demonstrations)" in pixels[2]  # PickCube's encoder: bc
-    hard = plan(capsys, "--task", "PegInsertHard")
-    assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
     assert "reward (SAC/RLPD, feature_augment_pad=0) (expected" in state[2]  # its own setting
     assert "simulated human" not in state[2]
-    ros = plan(capsys, "--stack", "ros", "--steps", "300")
+    ros = plan(capsys, "--stack", "ros", "--steps", "300")  # through ROS the default task is PickCube
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
+    assert "sim_train (8000 env steps" in plan(capsys, "--stack", "ros")[2]  # PickCube's main_job_steps
     so101 = plan(capsys, "--task", "PickCubeSO101", "--stack", "ros", "--human", "0.5")
     assert "train through the ROS 2 stack so101_sim (10000 env steps" in so101[2]
     assert "simulated human (eagerness 0.5)" in so101[2]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_path):
+    """--image-size 96: the demonstrations, the classifier's takes, the training round and the
+    policy's rollouts all at 96x96 (a store at one size and a policy at another would fail minutes in)."""
+    from robot_rl.commands import main_job
+    from robot_rl.config import MainJobConfig
+
+    run = tmp_path / "job"
+    run.mkdir()
+    job = main_job.new_job(MainJobConfig(image_size=96, run_dir=str(run)), log=lambda line: None)
+    calls = []
+    job.robot_rl = lambda *args, **kwargs: calls.append(args)
+    main_job.record_data(job)
+    main_job.train_round_1(job)
+    main_job._rollouts(job, "rollouts.zarr", 1)
+    assert [args[:2] for args in calls] == [("record", "--task")] * 3 + [("train", "--task"), ("record", "--task")]
+    assert all(args[args.index("--image-size") + 1] == "96" for args in calls)
 
 
 @pytest.mark.parametrize("args, says", [
@@ -60,6 +82,8 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     (["--steps", "0"], "--steps 0 is too few"),
     (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),
     (["--demos", "-3"], "--demos must be a whole number >= 1, got -3"),
+    (["--image-size", "8"], "--image-size must be a whole number of pixels in [32, 256], got 8"),
+    (["--stack", "ros", "--image-size", "96"], "--image-size 96: the ROS 2 stack's cameras (--stack ros) give 64x64"),
     (["--stack", "ros", "--human", "0.5"], "--human 0.5: the ROS 2 stack of PickCube (sim_train) trains without a "
                                            "simulated human"),
     (["--stack", "ros", "--obs", "pixels"], "--obs pixels: the ROS 2 stack (--stack ros) trains the state policy"),
@@ -153,7 +177,8 @@ def run_main_sh(tmp_path: Path, *args: str, echo: bool = False, **variables: str
 
 
 @pytest.mark.parametrize("variables, extra, stages, says", [
-    ({}, "--seed 3", 7, "PickCube from pixels for 6000 env steps"),
+    ({}, "--seed 3", 7, "PegInsertHard from pixels for 15000 env steps"),
+    ({"TASK": "PickCube"}, "--seed 3", 7, "PickCube from pixels for 6000 env steps"),
     ({"TASK": "PegInsert", "HUMAN": "0", "OBS": "state", "STEPS": "2"}, "--seed 3", 6,
      "PegInsert from state for 1 env steps"),
     ({"HUMAN": ".25", "CLASSIFIER_STEPS": "300"}, "--seed 3", 7, "eagerness 0.25"),

@@ -57,7 +57,6 @@ from robot_rl.errors import InputError, UserFacingError
 from robot_rl.runtime.device import machine
 
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
-IMAGE_SIZE = "64"
 TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
 SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 300, "rollouts_final": 400}
 STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates and evaluations, 2 CPU cores
@@ -72,10 +71,10 @@ class MainJob(StageRunner):
 
         super().__init__(run, record, log)
         self.cfg = cfg
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task_name)
         if cfg.stack == "ros" and cfg.eagerness > 0 and self.ros_stack != "so101_sim":
-            raise MainJobError(f"--human {cfg.human}: the ROS 2 stack of {cfg.task} ({self.ros_stack}) trains without a "
-                               "simulated human (an SO-101 task's, so101_sim, has one); leave it unset or 0")
+            raise MainJobError(f"--human {cfg.human}: the ROS 2 stack of {cfg.task_name} ({self.ros_stack}) trains "
+                               "without a simulated human (an SO-101 task's, so101_sim, has one); leave it unset or 0")
         if cfg.stack == "ros":
             self.check_stack_arguments()
         self.steps = cfg.steps or self.task.main_job_steps
@@ -123,15 +122,15 @@ class MainJob(StageRunner):
 # ------------------------------------------------------------------ stage 1: data
 def record_data(job: MainJob) -> None:
     """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras), and the
-    classifier's successful and failed takes (its cameras) at 64x64."""
-    cfg, task = job.cfg, job.cfg.task
+    classifier's successful and failed takes (its cameras), at --image-size (64x64)."""
+    cfg, task = job.cfg, job.cfg.task_name
     if job.demos_through_the_stack:
         record_demos_through_the_stack(job)
     else:  # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
         job.robot_rl("record", "--task", task, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
-                     str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", IMAGE_SIZE,
+                     str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", str(cfg.image_size),
                      "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
-    takes = ["--images", "--image-size", IMAGE_SIZE, "--cameras", *job.classifier_cameras,
+    takes = ["--images", "--image-size", str(cfg.image_size), "--cameras", *job.classifier_cameras,
              "--episodes", str(cfg.takes), "--hold-motion", "0.4", "--hold-rise", "0.3"]
     job.robot_rl("record", "--task", task, "--noise", "0.1", "--seed", str(SEEDS["successes"]), "--successful-only",
                  *takes, "--hold-after-success", "30", "--hold-release", "0.5",
@@ -147,7 +146,7 @@ def record_demos_through_the_stack(job: MainJob) -> None:
     the servo bus's timing and load readings; a clone of the twin's demonstrations met other
     states there (docs/CALIBRATION.md, "The SO-101 through its ROS 2 stack") -> demos.zarr."""
     cfg, folder = job.cfg, job.run / "demos_stack"
-    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", "policy:=expert", "simulated_human:=0",
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task_name}", "policy:=expert", "simulated_human:=0",
                  f"episodes:={cfg.demos}", "actor.keep:=successes", f"cameras:=[{','.join(POLICY_CAMERAS)}]",
                  f"seed:={SEEDS['demos']}", f"run_dir:={folder}", env=_ros_env())
     (folder / "online.zarr").rename(job.path("demos.zarr"))
@@ -201,10 +200,10 @@ def train_round_1(job: MainJob) -> None:
     _remove_all_but_finished_outputs(job)  # a start cut off before its first checkpoint
     cfg = job.cfg
     observation = ["--obs", "state"] if cfg.observation == "state" else [
-        "--obs", "pixels", "--frozen-encoder", job.path("encoder")]
+        "--obs", "pixels", "--frozen-encoder", job.path("encoder"), "--image-size", str(cfg.image_size)]
     recipe = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()]  # the package's, never copied
     recipe += list(job.task.main_job_agent)  # and the task's own, where measured to pay
-    job.robot_rl("train", "--task", cfg.task, *observation, "--demos", job.path("demos.zarr"),
+    job.robot_rl("train", "--task", cfg.task_name, *observation, "--demos", job.path("demos.zarr"),
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
                  *[word for setting in recipe for word in ("--agent", setting)],
@@ -292,7 +291,7 @@ def train_through_ros(job: MainJob) -> None:
             recipe = f"[{','.join(f'{k}={v:g}' for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items())}]"
             human += [f"learner.agent:={recipe}", f"actor.agent:={recipe}",
                       f"learner.intervention_bc_steps:={1 if job.task.clone_corrections else 0}"]
-    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task_name}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  f"demo_store:={job.path('demos.zarr')}", f"reward_classifier:={job.path('classifier')}",
                  f"env_steps:={job.steps}", f"run_dir:={job.run}", *human, *cfg.train_args, env=_ros_env())
 
@@ -311,7 +310,7 @@ def grade_through_the_stack(job: MainJob) -> None:
     through so101_sim, where it was trained: the arm node's servo bus, its timing and its load
     readings, which the twin of ``robot-rl eval`` only approximates. Out: eval_stack.json."""
     cfg, grade = job.cfg, job.run / "grade"
-    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task}", f"cameras:=[{','.join(job.classifier_cameras)}]",
+    job.robot_rl("launch", job.ros_stack, f"task:={cfg.task_name}", f"cameras:=[{','.join(job.classifier_cameras)}]",
                  "policy:=checkpoint", f"checkpoint:={job.run}", "simulated_human:=0",
                  f"episodes:={cfg.final_eval_episodes}", f"run_dir:={grade}", env=_ros_env())
     episodes = json.loads((grade / "actor_summary.json").read_text())["episode_log"]
@@ -352,7 +351,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
-                                  f" and the classifier's {2 * cfg.takes} takes (scripted expert, cameras at 64x64)",
+                                  f" and the classifier's {2 * cfg.takes} takes (scripted expert, cameras at "
+                                  f"{cfg.image_size}x{cfg.image_size})",
               lambda j: "about 2 min" if j.demos_through_the_stack else "about 1 min", record_data,
               verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
@@ -385,7 +385,7 @@ def stages_of(job: MainJob) -> list[Stage]:
                             verify_encoder, ("encoder",)))
     ms = STEP_MS[cfg.observation]
     return stages + [
-        Stage("round1", lambda j: f"train round 1: {cfg.task} from {cfg.observation} for {j.round1} env steps with the "
+        Stage("round1", lambda j: f"train round 1: {cfg.task_name} from {cfg.observation} for {j.round1} env steps with the "
                                   f"classifier's reward (SAC/RLPD{recipe}){human}",
               lambda j: about_minutes(j.round1 * ms / 1000), train_round_1, lambda j: verify_round(j, j.round1)),
         Stage("check", lambda j: f"check the classifier on the round-1 policy's own rollouts ({cfg.rollout_episodes} "
@@ -405,9 +405,10 @@ def stages_of(job: MainJob) -> list[Stage]:
 # ------------------------------------------------------------------ outputs and their checks
 def _rollouts(job: MainJob, name: str, seed: int) -> str:
     """The policy's own rollouts (not cut at success), with the cameras the classifier reads."""
-    job.robot_rl("record", "--task", job.cfg.task, "--policy", str(job.run), "--episodes",
-                 str(job.cfg.rollout_episodes), "--seed", str(seed), "--images", "--image-size", IMAGE_SIZE,
-                 "--cameras", *job.rollout_cameras, "--continue-after-success", "100", "--out", job.path(name))
+    job.robot_rl("record", "--task", job.cfg.task_name, "--policy", str(job.run), "--episodes",
+                 str(job.cfg.rollout_episodes), "--seed", str(seed), "--images", "--image-size",
+                 str(job.cfg.image_size), "--cameras", *job.rollout_cameras, "--continue-after-success", "100",
+                 "--out", job.path(name))
     return job.path(name)
 
 
@@ -475,7 +476,7 @@ def _remove_all_but_finished_outputs(job: MainJob) -> None:
 def new_job(cfg: MainJobConfig, log: Callable[[str], None] = print) -> MainJob:
     """A new main job, its config checked; nothing written yet."""
     cfg.validate()
-    run = Path(cfg.run_dir or f"runs/main-{cfg.task.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = Path(cfg.run_dir or f"runs/main-{cfg.task_name.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
     if run.exists() and any(run.iterdir()):
         raise MainJobError(f"--run-dir {run} exists and is not empty: go on with robot-rl main --resume {run}, or "
                            "choose another folder")
