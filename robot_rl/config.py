@@ -315,8 +315,7 @@ DEVICE_HELP = "auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda
 class RecordConfig(EnvConfig):
     """``robot-rl record``: the scripted expert's (or a checkpoint's) episodes into a store."""
 
-    task: str | None = setting(None, "the sim task (robot-rl sim tasks lists them; default PegInsertHard, a task the "
-                                     "clone gets at most half of, PickCube with --stack ros)")
+    task: str = setting("PickCube", "the sim task (robot-rl sim tasks lists them)")
     backend: str = setting("mujoco", "the simulator")
     episodes: int = setting(10, "episodes to store (the kept takes)")
     noise: float = setting(0.1, "expert action noise (higher: more failed takes)")
