@@ -15,7 +15,7 @@ import numpy as np
 from robot_rl.contract import STATE_SLICES, ControlLimits
 from robot_rl.errors import InputError, UserFacingError
 from robot_rl.geometry import HOME_ROTATION, matrix_to_rotvec, quat_to_matrix, quat_to_yaw
-from robot_rl.sim.tasks import PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube
+from robot_rl.sim.tasks import PegInsert, PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube
 
 
 def _rotation_action(tcp_rot: np.ndarray, target_rot: np.ndarray, limits: ControlLimits) -> np.ndarray:
@@ -100,27 +100,29 @@ class ScriptedExpert:
 class PickCubeExpert(ScriptedExpert):
     """Hover over the cube with the fingers aligned to its faces, descend, close, lift."""
 
+    task = PickCube
+    regrasp = False  # PickCube's demonstrations (and its measured figures) came from the expert without it
     hover = 0.07
     close_steps = 4
 
-    @staticmethod
-    def _grasped(obs: dict) -> bool:
+    @classmethod
+    def _grasped(cls, obs: dict) -> bool:
         tcp = obs["state"][STATE_SLICES["tcp_pos"]]
         width = float(obs["state"][STATE_SLICES["gripper_width"]][0])
         cube = obs["privileged"]["cube"][:3]
-        return bool(np.linalg.norm(cube - tcp) < 0.03 and width < 2 * PickCube.cube_half + 0.008)
+        return bool(np.linalg.norm(cube - tcp) < 0.03 and width < 2 * cls.task.cube_half + 0.008)
 
     def resume(self, obs: dict) -> None:
         self.reset()
         if self._grasped(obs):
             self._set_phase("lift")
 
-    @staticmethod
-    def progress(obs: dict) -> float:
+    @classmethod
+    def progress(cls, obs: dict) -> float:
         tcp = obs["state"][STATE_SLICES["tcp_pos"]]
         cube = obs["privileged"]["cube"][:3]
         reach = 1.0 - min(float(np.linalg.norm(cube - tcp)) / 0.25, 1.0)
-        lift = float(np.clip((cube[2] - PickCube.cube_half) / PickCube.lift_height, 0.0, 1.0))
+        lift = float(np.clip((cube[2] - cls.task.cube_half) / cls.task.lift_height, 0.0, 1.0))
         return 0.5 * reach + 0.5 * lift
 
     def _clean_action(self, obs: dict) -> np.ndarray:
@@ -149,6 +151,9 @@ class PickCubeExpert(ScriptedExpert):
             target, gripper = np.array([tcp[0], tcp[1], grasp_z]), 1.0
             if self._phase_steps >= self.close_steps:
                 self._set_phase("lift")
+        if self.phase == "lift" and self.regrasp and cube_pos[2] < self.task.cube_half + 0.01 and tcp[2] - cube_pos[2] > 0.03:
+            self._set_phase("approach")  # the cube fell back (a slip, or a wrong gripper command): grasp again
+            return self._clean_action(obs)
         if self.phase == "lift":
             target, gripper = np.array([tcp[0], tcp[1], 0.25]), 1.0
             target_rot = tcp_rot
@@ -357,7 +362,15 @@ class PickCubeSO101Expert(ScriptedExpert):
         return action
 
 
-EXPERTS = {PickCube.name: PickCubeExpert, PegInsert.name: PegInsertExpert,
+class PickCubeHardExpert(PickCubeExpert):
+    """PickCube's expert on the red cube among the others (it never touches them: they lie at
+    least 9 cm away)."""
+
+    task = PickCubeHard
+    regrasp = True
+
+
+EXPERTS = {PickCube.name: PickCubeExpert, PickCubeHard.name: PickCubeHardExpert, PegInsert.name: PegInsertExpert,
            PegInsertHard.name: PegInsertHardExpert, PushCube.name: PushCubeExpert, PickCubeSO101.name: PickCubeSO101Expert}
 
 

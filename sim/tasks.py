@@ -144,6 +144,39 @@ class PickCube(Task):
         return bool(poses["cube"][0][2] >= start_z + self.lift_height)
 
 
+class PickCubeHard(PickCube):
+    """PickCube as HIL-SERL's picks in clutter: a 3 cm red cube anywhere in 28 x 42 cm of the
+    table at a random yaw, among two cubes of other colours that are not the one to lift.
+    Success when the red cube is lifted 10 cm."""
+
+    name = "PickCubeHard"
+    cube_half = 0.015
+    cube_region_low = (0.36, -0.21)
+    cube_region_high = (0.64, 0.21)
+    # the distractors' centres at least this far from the red cube's and from each other: open
+    # fingers reach 5 cm from the TCP, so a grasp of the red cube never lands on another
+    min_separation = 0.09
+    main_job_steps = 20_000
+    main_job_agent = ()
+    clone_corrections = False  # as PegInsertHard: the corrections stay in the demo buffer
+    main_job_encoder = "bc_goal"  # a 3 cm cube, two pixels from the front camera at 64x64: where the take ends teaches where it is
+    objects = (
+        SceneObject("cube", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.04, friction=1.0),
+        SceneObject("distractor_a", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.2, 0.35, 0.85, 1.0), mass=0.04),
+        SceneObject("distractor_b", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.9, 0.8, 0.15, 1.0), mass=0.04),
+    )
+
+    def sample_layout(self, rng: np.random.Generator) -> Layout:
+        placed: list[np.ndarray] = []
+        while len(placed) < len(self.objects):  # rejection sampling: a few draws at most
+            xy = rng.uniform(self.cube_region_low, self.cube_region_high)
+            if all(np.linalg.norm(xy - other) >= self.min_separation for other in placed):
+                placed.append(xy)
+        poses = {obj.name: (np.array([xy[0], xy[1], self.cube_half]), yaw_to_quat(rng.uniform(-np.pi / 4, np.pi / 4)))
+                 for obj, xy in zip(self.objects, placed)}
+        return Layout(object_poses=poses)
+
+
 class PegInsert(Task):
     """A square peg held in the gripper goes into a square hole with 2 mm clearance per side;
     the hole's position is randomised by +-3 cm. Success when the peg is 2 cm deep."""
@@ -336,7 +369,8 @@ class PickCubeSO101(Task):
         return bool(poses["cube"][0][2] >= layout.object_poses["cube"][0][2] + self.lift_height)
 
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PegInsert, PegInsertHard, PushCube, PickCubeSO101)}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (PickCube, PickCubeHard, PegInsert, PegInsertHard, PushCube,
+                                                           PickCubeSO101)}
 
 
 class UnknownTaskError(UserFacingError, KeyError):
