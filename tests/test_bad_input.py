@@ -44,7 +44,7 @@ def test_a_simulated_human_on_a_task_without_a_scripted_expert_is_one_line_befor
     run = tmp_path / "run"
     assert main([command, "--task", "PegInsertHard", "--simulated-human", "0.5", "--run-dir", str(run)]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "task 'PegInsertHard' has none; the tasks with one: PegInsert, PickCube, PickCubeSO101, PushCube" in err
+    assert "task 'PegInsertHard' has none; the tasks with one: PegInsert, PickCube, PickCubeHard, PickCubeSO101, PushCube" in err
     assert "simulated human" in err
     assert not run.exists()
 
@@ -54,7 +54,7 @@ def test_the_simulated_human_refuses_a_cell_task_file_without_a_scripted_expert(
     from robot_rl.teleop.simulated_human import SimulatedHuman
 
     with pytest.raises(NoExpertError, match="task 'pick_cube_franka' has none; the tasks with one: PegInsert, "
-                                            "PegInsertHard, PickCube, PickCubeSO101, PushCube"):
+                                            "PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube"):
         SimulatedHuman("pick_cube_franka")
 
 

@@ -76,7 +76,7 @@ def test_from_sim_task_and_resolve_task():
                             control_hz=10.0, max_episode_steps=100,
                             cameras=(CameraSpec("front"), CameraSpec("wrist")), classifier=None, uses_gripper=False)
     assert task.path is None and task.image_size == (64, 64)
-    with pytest.raises(UnknownCellTask, match=r"unknown task 'Wipe'; sim tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube .*task_file:="):
+    with pytest.raises(UnknownCellTask, match=r"unknown task 'Wipe'; sim tasks: PegInsert, PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube .*task_file:="):
         from_sim_task("Wipe")
     assert resolve_task("PegInsert", "") == task
     assert resolve_task("PegInsert", str(example_task_files()["PickCube"])).name == "PickCube"  # the file wins

@@ -37,7 +37,7 @@ def test_sim_run_writes_run_folder_with_what_the_expert_did(tmp_path, capsys):
 
 def test_unknown_task_is_a_clean_error(capsys):
     assert main(["sim", "run", "--task", "Juggle"]) == 2
-    assert "available tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube" in capsys.readouterr().err
+    assert "available tasks: PegInsert, PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube" in capsys.readouterr().err
 
 
 def test_unknown_backend_and_benchmark(capsys):

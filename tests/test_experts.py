@@ -11,7 +11,8 @@ from robot_rl.sim.experts import make_expert, run_episode
     "backend,task,episodes,min_rate",
     [("mujoco", "PickCube", 30, 0.9), ("mujoco", "PegInsert", 30, 0.9), ("pybullet", "PickCube", 15, 0.8),
      ("pybullet", "PegInsert", 10, 0.7), ("mujoco", "PegInsertHard", 30, 0.95), ("mujoco", "PushCube", 30, 0.95),
-     ("pybullet", "PegInsertHard", 10, 0.8), ("pybullet", "PushCube", 10, 0.8)],
+     ("pybullet", "PegInsertHard", 10, 0.8), ("pybullet", "PushCube", 10, 0.8), ("mujoco", "PickCubeHard", 30, 0.95),
+     ("pybullet", "PickCubeHard", 10, 0.8)],
 )
 def test_expert_success_rate(backend, task, episodes, min_rate):
     env = make(task, backend=backend)
@@ -52,7 +53,7 @@ def test_negative_noise_is_refused():
         make_expert("PickCube", noise=-0.1)
 
 
-@pytest.mark.parametrize("task", ["PegInsertHard", "PushCube"])
+@pytest.mark.parametrize("task", ["PegInsertHard", "PushCube", "PickCubeHard"])
 def test_hard_tasks_experts_succeed_with_the_demonstrations_noise(task):
     """The main job records its 20 demonstrations at noise 0.1 and the simulated human drives at 0.05:
     the hard tasks' experts must succeed there too (>= 98 % over 200 episodes in docs/CALIBRATION.md)."""
@@ -116,4 +117,45 @@ def test_the_hard_tasks_experts_act_on_the_scene_alone(task):
             if terminated or truncated:
                 break
         assert terminated, (task, seed)
+    env.close()
+
+
+def test_the_hard_pick_s_cubes_lie_apart_and_only_the_red_one_counts():
+    """PickCubeHard: the red cube and two others anywhere in the region, never within 9 cm of each
+    other; lifting another cube is not success, and the expert lifts the red one after a drop."""
+    from robot_rl.sim.tasks import PickCubeHard
+
+    task, rng = PickCubeHard(), np.random.default_rng(0)
+    for _ in range(300):
+        poses = task.sample_layout(rng).object_poses
+        xys = [poses[name][0][:2] for name in ("cube", "distractor_a", "distractor_b")]
+        assert all(np.linalg.norm(a - b) >= task.min_separation for i, a in enumerate(xys) for b in xys[i + 1:])
+        assert all(np.all(xy >= task.cube_region_low) and np.all(xy <= task.cube_region_high) for xy in xys)
+    layout = task.sample_layout(rng)
+    lifted = dict(layout.object_poses)
+    pos, quat = lifted["distractor_a"]
+    lifted["distractor_a"] = (pos + [0.0, 0.0, 0.2], quat)
+    assert not task.is_success(lifted, layout)
+    pos, quat = lifted["cube"]
+    lifted["cube"] = (pos + [0.0, 0.0, 0.11], quat)
+    assert task.is_success(lifted, layout)
+
+    env = make("PickCubeHard")
+    obs, _ = env.reset(seed=3)
+    expert = make_expert("PickCubeHard")
+    for _ in range(60):  # grasp and lift half-way, then open the hand: the cube falls
+        obs, _, terminated, _, _ = env.step(expert(obs))
+        if obs["privileged"]["cube"][2] > 0.06:
+            break
+    assert expert.phase == "lift" and not terminated
+    for _ in range(3):
+        obs, *_ = env.step(np.array([0, 0, 0, 0, 0, 0, -1], np.float32))
+    for _ in range(20):
+        obs, *_ = env.step(np.zeros(7, np.float32))
+    assert obs["privileged"]["cube"][2] < task.cube_half + 0.005  # back on the table
+    for _ in range(60):
+        obs, _, terminated, _, info = env.step(expert(obs))
+        if terminated:
+            break
+    assert info["success"]
     env.close()

@@ -42,6 +42,9 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
     assert "(SAC/RLPD, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
     assert "(behaviour cloning on the demonstrations)" in pixels[2]  # PickCube's encoder: bc
+    clutter = plan(capsys, "--task", "PickCubeHard")  # the second hard task: its own steps and encoder
+    assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
+    assert "reward (SAC/RLPD) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
@@ -77,7 +80,7 @@ def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_p
 @pytest.mark.parametrize("args, says", [
     (["--human", "2"], "--human 2.0 must be a number in [0, 1]"),
     (["--human", "-0.5"], "--human -0.5 must be a number in [0, 1]"),
-    (["--task", "Unknown"], "unknown task 'Unknown'; available tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube"),
+    (["--task", "Unknown"], "unknown task 'Unknown'; available tasks: PegInsert, PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube"),
     (["--steps", "1"], "--steps 1 is too few: round 1 trains 3/4 of them"),
     (["--steps", "0"], "--steps 0 is too few"),
     (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),

@@ -12,7 +12,7 @@ from robot_rl.sim.experts import make_expert
 from robot_rl.geometry import HOME_ROTATION, quat_to_matrix
 
 BACKENDS = ["mujoco", "pybullet"]
-TASKS = ["PickCube", "PegInsert", "PegInsertHard", "PushCube"]
+TASKS = ["PickCube", "PickCubeHard", "PegInsert", "PegInsertHard", "PushCube"]
 
 
 @pytest.fixture(scope="module", params=[(b, t) for b in BACKENDS for t in TASKS], ids=lambda p: f"{p[0]}-{p[1]}")
@@ -182,7 +182,7 @@ def test_backends_agree_on_contract():
 
 def test_unknown_task_lists_available_tasks():
     with pytest.raises(robot_rl.sim.UnknownTaskError,
-                       match="available tasks: PegInsert, PegInsertHard, PickCube, PickCubeSO101, PushCube"):
+                       match="available tasks: PegInsert, PegInsertHard, PickCube, PickCubeHard, PickCubeSO101, PushCube"):
         make("StackCubes")
 
 
