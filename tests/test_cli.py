@@ -127,3 +127,16 @@ def test_train_help_prints_every_fields_help_as_written(capsys):
     assert with_percent, "no TrainConfig help holds a '%' any more: this test checks nothing"
     for f in with_percent:
         assert " ".join(f.metadata["help"].split()) in out, f.name
+
+
+def test_importing_robot_rl_makes_torch_s_threads_wait_passively_unless_told():
+    """Spinning OpenMP threads stall each other when another process holds a core (the classifier's
+    training 8x slower beside other jobs): robot_rl sets a passive wait before torch loads, and a
+    user's own choice stands."""
+    probe = "import os, robot_rl, torch; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "ACTIVE"
