@@ -129,14 +129,14 @@ def test_train_help_prints_every_fields_help_as_written(capsys):
         assert " ".join(f.metadata["help"].split()) in out, f.name
 
 
-def test_importing_robot_rl_makes_torch_s_threads_wait_passively_unless_told():
+def test_importing_robot_rl_shortens_torch_s_thread_spin_unless_told():
     """Spinning OpenMP threads stall each other when another process holds a core (the classifier's
-    training 8x slower beside other jobs): robot_rl sets a passive wait before torch loads, and a
+    training 6x slower beside other jobs): robot_rl sets a short spin before torch loads, and a
     user's own choice stands."""
-    probe = "import os, robot_rl, torch; print(os.environ['OMP_WAIT_POLICY'])"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    probe = "import os, robot_rl, torch; print(os.environ['GOMP_SPINCOUNT'])"
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "PASSIVE"
-    env["OMP_WAIT_POLICY"] = "ACTIVE"
+                          check=True).stdout.strip() == "10000"
+    env["GOMP_SPINCOUNT"] = "300000"
     assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "ACTIVE"
+                          check=True).stdout.strip() == "300000"
