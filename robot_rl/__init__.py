@@ -10,3 +10,5 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # ran 0.42 steps/s beside three other jobs on 2 cores, 2.7 with 10,000 turns, 14.7 and 14.3 alone
 # (docs/CALIBRATION.md). Read when torch loads: import robot_rl before torch for this.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+__version__ = "0.1.0"
