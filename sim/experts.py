@@ -133,6 +133,8 @@ class PickCubeExpert(ScriptedExpert):
         tcp_yaw = float(np.arctan2(tcp_rot[1, 0], tcp_rot[0, 0]))
         yaw = tcp_yaw + (np.mod(cube_yaw - tcp_yaw + np.pi / 4, np.pi / 2) - np.pi / 4)
         target_rot = _yaw_rotation(yaw)
+        if self.phase == "lift" and self.regrasp and cube_pos[2] < self.task.cube_half + 0.01 and tcp[2] - cube_pos[2] > 0.03:
+            self._set_phase("approach")  # the cube fell back (a slip, or a wrong gripper command): grasp again
         self._phase_steps += 1
         gripper = -1.0
         xy_err = np.linalg.norm(cube_pos[:2] - tcp[:2])
@@ -151,9 +153,6 @@ class PickCubeExpert(ScriptedExpert):
             target, gripper = np.array([tcp[0], tcp[1], grasp_z]), 1.0
             if self._phase_steps >= self.close_steps:
                 self._set_phase("lift")
-        if self.phase == "lift" and self.regrasp and cube_pos[2] < self.task.cube_half + 0.01 and tcp[2] - cube_pos[2] > 0.03:
-            self._set_phase("approach")  # the cube fell back (a slip, or a wrong gripper command): grasp again
-            return self._clean_action(obs)
         if self.phase == "lift":
             target, gripper = np.array([tcp[0], tcp[1], 0.25]), 1.0
             target_rot = tcp_rot

@@ -161,9 +161,9 @@ class PickCubeHard(PickCube):
     clone_corrections = False  # as PegInsertHard: the corrections stay in the demo buffer
     main_job_encoder = "bc_goal"  # a 3 cm cube, two pixels from the front camera at 64x64: where the take ends teaches where it is
     objects = (
-        SceneObject("cube", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.04, friction=1.0),
-        SceneObject("distractor_a", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.2, 0.35, 0.85, 1.0), mass=0.04),
-        SceneObject("distractor_b", (BoxGeom((0.015, 0.015, 0.015)),), rgba=(0.9, 0.8, 0.15, 1.0), mass=0.04),
+        SceneObject("cube", (BoxGeom((cube_half,) * 3),), rgba=(0.85, 0.2, 0.2, 1.0), mass=0.04),
+        SceneObject("distractor_a", (BoxGeom((cube_half,) * 3),), rgba=(0.2, 0.35, 0.85, 1.0), mass=0.04),
+        SceneObject("distractor_b", (BoxGeom((cube_half,) * 3),), rgba=(0.9, 0.8, 0.15, 1.0), mass=0.04),
     )
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:
@@ -172,7 +172,8 @@ class PickCubeHard(PickCube):
             xy = rng.uniform(self.cube_region_low, self.cube_region_high)
             if all(np.linalg.norm(xy - other) >= self.min_separation for other in placed):
                 placed.append(xy)
-        poses = {obj.name: (np.array([xy[0], xy[1], self.cube_half]), yaw_to_quat(rng.uniform(-np.pi / 4, np.pi / 4)))
+        poses = {obj.name: (np.array([xy[0], xy[1], self.cube_half]),
+                            yaw_to_quat(rng.uniform(-self.cube_yaw_range, self.cube_yaw_range)))
                  for obj, xy in zip(self.objects, placed)}
         return Layout(object_poses=poses)
 
