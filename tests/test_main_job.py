@@ -45,6 +45,8 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     clutter = plan(capsys, "--task", "PickCubeHard")  # the second hard task: its own steps and encoder
     assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
     assert "reward (SAC/RLPD) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
+    assert "its corrections cloned into the base" in clutter[3]  # PickCubeHard's: they widen its base
+    assert "cloned" not in hard[3]  # PegInsertHard's stay in the demo buffer (cloned, they ruin its base)
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
@@ -55,7 +57,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "sim_train (8000 env steps" in plan(capsys, "--stack", "ros")[2]  # PickCube's main_job_steps
     so101 = plan(capsys, "--task", "PickCubeSO101", "--stack", "ros", "--human", "0.5")
     assert "train through the ROS 2 stack so101_sim (10000 env steps" in so101[2]
-    assert "simulated human (eagerness 0.5)" in so101[2]
+    assert "simulated human (eagerness 0.5, its corrections cloned into the base)" in so101[2]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -346,7 +346,8 @@ def verify_report(job: MainJob) -> None:
 
 def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
-    cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g})" if job.cfg.eagerness else "")
+    cloned = ", its corrections cloned into the base" if job.task.clone_corrections else ""
+    cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
     recipe = "".join(f", {setting}" for setting in job.task.main_job_agent)  # the task's own agent settings
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
