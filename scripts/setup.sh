@@ -40,7 +40,7 @@ want="$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "setup: installing robot_rl[$extras] into .venv/ (the first time: about 2 minutes, 2.6 GB with every extra)"
+echo "setup: installing robot_rl[$extras] into .venv/ (the first time: about 2 minutes, 2.7 GB with every extra)"
 PIP=(.venv/bin/python -m pip install --progress-bar off --disable-pip-version-check)
 STAGE_NAME="pip install"
 quiet_guard "${PIP[@]}" --upgrade pip

@@ -11,6 +11,7 @@ cube to the goal; if the cube drifts off the line, back off and line up again.
 import numpy as np
 
 STEP_M = 0.05  # the env's displacement at action 1
+PUSH_SPEED = 0.5
 
 
 class ScriptedPush:
@@ -33,15 +34,19 @@ class ScriptedPush:
             if lateral > 0.02 or np.dot(offset, direction) > -0.01:  # off the line: line up again
                 self.phase = "line_up"
         if self.phase == "line_up":
-            if np.linalg.norm(ee[:2] - behind[:2]) > 0.015:
-                target = np.array([*behind[:2], 0.07]) if ee[2] < 0.05 and np.linalg.norm(ee[:2] - behind[:2]) > 0.04 \
-                    else np.array([*behind[:2], max(0.07, ee[2]) if np.linalg.norm(ee[:2] - behind[:2]) > 0.04 else 0.02])
+            far = np.linalg.norm(ee[:2] - behind[:2]) > 0.04
+            if far and ee[2] < 0.05:  # down at the cube's height: up first, or the move sweeps the cube along
+                target = np.array([*ee[:2], 0.07])
+            elif np.linalg.norm(ee[:2] - behind[:2]) > 0.015:
+                target = np.array([*behind[:2], max(0.07, ee[2]) if far else 0.02])
             else:
                 target = behind
                 if abs(ee[2] - 0.02) < 0.01:
                     self.phase = "push"
-        if self.phase == "push":
-            target = np.array([*(goal[:2] - direction * 0.03), 0.02])
+        if self.phase == "push":  # a point on the cube's line to the goal, a little ahead: the hand stays on the line
+            target = np.array([*(cube[:2] - direction * 0.03 + direction * min(dist, 0.025)), 0.02])
+            # at most PUSH_SPEED of the full step: a cube struck at full speed slides on past the goal
+            return np.clip((target - ee) / STEP_M, -PUSH_SPEED, PUSH_SPEED)
         return np.clip((target - ee) / STEP_M, -1.0, 1.0)
 
 
