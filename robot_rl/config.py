@@ -212,6 +212,9 @@ def task_name(cfg) -> str:
     return cfg.env if getattr(cfg, "env", None) else cfg.task
 
 
+HUMAN_WATCHES = ("auto", "progress", "clock")  # what the simulated human on a Gymnasium env judges
+
+
 # ------------------------------------------------------------------ robot-rl train
 @dataclass
 class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
@@ -226,6 +229,10 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
                                      flags=("--simulated-human",), metavar="EAGERNESS")
     human_takeover_steps: int = setting(15, "steps the simulated human drives per takeover")
     human_max_takeovers: int = setting(3, "simulated human takeovers per episode at most")
+    human_watches: str = setting("auto", "with --env: what the simulated human judges, the scripted policy's "
+                                         "progress(obs) (progress, as on the twin) or an episode running long "
+                                         "(clock); auto: progress where the scripted policy has it",
+                                 choices=HUMAN_WATCHES)
     env_steps: int = setting(20_000, "environment steps in all", flags=("--steps",))
     learner: str = setting("process", "the learner in its own process or driven inline between control steps",
                            choices=("process", "inline"))
@@ -261,6 +268,9 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
             if self.demos > 0 and not self.demo_store and not self.env_expert:
                 raise InputError(f"--demos {self.demos} records scripted demonstrations: --env {self.env} needs "
                                  "--env-expert MODULE:FUNCTION for them (or --demos STORE, or --demos 0)")
+        elif self.human_watches == "clock":
+            raise InputError("--human-watches clock is for a Gymnasium env (--env); the twin's simulated human "
+                             "judges its task's progress")
         if self.learner not in ("process", "inline"):
             raise InputError(f"learner must be 'process' or 'inline', got {self.learner!r}")
         for name in ("env_steps", "batch_size", "eval_every", "eval_episodes", "final_eval_episodes",

@@ -61,15 +61,23 @@ class SimulatedHumanConfig:
 
 class SimulatedHuman:
     """``human(obs)`` -> the human's action while it intervenes, else None. Call ``reset()``
-    at each episode start. ``obs`` is the env's raw observation (with ``privileged``)."""
+    at each episode start. ``obs`` is the env's raw observation (with ``privileged``).
 
-    def __init__(self, task: str, config: SimulatedHumanConfig | None = None, seed: int | None = None):
+    ``expert``: instead of the twin task's scripted expert, any with ``progress(obs)``,
+    ``resume(obs)`` and ``expert(obs)`` (a Gymnasium env's scripted policy that says its progress,
+    ``foreign.env.ScriptedExpert``); ``succeeded()``: the episode has succeeded, so the human
+    stands by (an env that runs on after success)."""
+
+    def __init__(self, task: str, config: SimulatedHumanConfig | None = None, seed: int | None = None,
+                 expert=None, succeeded: Callable[[], bool] | None = None):
         from robot_rl.sim.experts import check_expert, make_expert
 
         self.config = config or SimulatedHumanConfig()
         self.config.validate()
-        check_expert(task, "the simulated human")
-        self.expert = make_expert(task, noise=self.config.noise, seed=seed)
+        if expert is None:
+            check_expert(task, "the simulated human")
+            expert = make_expert(task, noise=self.config.noise, seed=seed)
+        self.expert, self.succeeded = expert, succeeded
         self.reset()
 
     def reset(self) -> None:
@@ -98,6 +106,9 @@ class SimulatedHuman:
         return ""
 
     def __call__(self, obs: dict) -> np.ndarray | None:
+        if self.succeeded is not None and self.succeeded():
+            self.left = 0  # the task is done: hands off
+            return None
         progress = self.expert.progress(obs)
         if not self.intervening:
             reason = self._trigger(progress)

@@ -20,6 +20,7 @@ from tests.helpers.common import one_line_error
 HELPERS = Path(__file__).parent / "helpers"
 REACH = "foreign_envs:robot_rl_test/Reach-v0"
 EXPERT = "foreign_envs:scripted_reach"
+EXPERT_WITH_PROGRESS = "foreign_envs:scripted_reach_with_progress"  # also says its progress(obs)
 MAP = """\
 state: [agent, goal]
 differences: [[goal, "agent[0:2]"]]
@@ -242,6 +243,30 @@ def test_worker_start_errors(tmp_path):
         WorkerEnv(str(bare / "bin" / "python"), REACH, {})
 
 
+def test_a_scripted_policys_progress_is_the_same_in_process_and_in_a_worker(env_map):
+    """A scripted policy with ``progress(obs)`` says it through either; one without says it has none."""
+    seen = []
+    for python in (None, sys.executable):
+        env = MappedEnv(open_env(REACH, {}, python, EXPERT_WITH_PROGRESS), read_env_map(env_map), REACH)
+        try:
+            assert env.has_expert_progress
+            env.reset(seed=4)
+            values = [env.expert_progress()]
+            for _ in range(4):
+                env.step(env.expert_action())
+                values.append(env.expert_progress())
+            seen.append(values)
+        finally:
+            env.close()
+    assert seen[0] == pytest.approx(seen[1]) and seen[0][-1] > seen[0][0]  # the scripted reach comes closer
+    for python in (None, sys.executable):
+        plain = MappedEnv(open_env(REACH, {}, python, EXPERT), read_env_map(env_map), REACH)
+        try:
+            assert not plain.has_expert_progress
+        finally:
+            plain.close()
+
+
 # ------------------------------------------------------------------ the commands
 @pytest.mark.parametrize("args, needles", [
     (["--env", "NoSuchEnv-v9"], ("--env NoSuchEnv-v9: unknown Gymnasium env id",)),
@@ -251,6 +276,10 @@ def test_worker_start_errors(tmp_path):
     (["--env", REACH, "--demos", "3"], ("needs --env-expert",)),
     (["--env", REACH, "--simulated-human", "0.5", "--demos", "0"], ("--simulated-human on --env", "--env-expert")),
     (["--env-python", sys.executable], ("give --env ID too",)),
+    (["--env", REACH, "--env-expert", EXPERT, "--simulated-human", "0.5", "--human-watches", "progress"],
+     ("--human-watches progress: the scripted policy foreign_envs:scripted_reach has no progress(obs)",)),
+    (["--task", "PickCube", "--simulated-human", "0.5", "--human-watches", "clock"],
+     ("--human-watches clock is for a Gymnasium env (--env)",)),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
     from robot_rl.commands.cli import main
@@ -490,17 +519,51 @@ def test_the_scripted_operator_stands_by_once_the_episode_has_succeeded(env_map)
         env.close()
 
 
+@pytest.mark.parametrize("expert, watches, judged", [(EXPERT_WITH_PROGRESS, "auto", "progress"),
+                                                     (EXPERT, "auto", "clock"),
+                                                     (EXPERT_WITH_PROGRESS, "clock", "clock")])
+def test_the_simulated_human_judges_the_scripted_policys_progress_where_it_has_one(env_map, expert, watches, judged):
+    """Judging progress, the human takes over once the policy has stalled for its patience (at
+    eagerness 1, 6 steps without progress) and drives the scripted policy to success, standing by
+    after it on an env that runs on; judging the clock it waits 40 / 8 steps whatever happens."""
+    from robot_rl.commands.train import human_watches, make_human
+    from robot_rl.config import TrainConfig
+    from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHuman
+
+    env = MappedEnv(open_env(REACH, {"run_to_limit": True}, None, expert), read_env_map(env_map), REACH)
+    try:
+        cfg = TrainConfig(env=REACH, env_expert=expert, human_eagerness=1.0, human_takeover_steps=25,
+                          human_max_takeovers=3, human_watches=watches)
+        human = make_human(cfg, env)
+        assert human_watches(cfg, env) == judged
+        assert isinstance(human, SimulatedHuman if judged == "progress" else ScriptedOperator)
+        human.reset()
+        steps = scripted_episode(env, 0, lambda: human({}))  # the policy holds still (zeros)
+        driven = [by_human for *_, by_human in steps]
+        first = next(i for i, (_, _, success, _) in enumerate(steps) if success)
+        wait = 6 if judged == "progress" else 5  # the stall it waits: base patience 6 / 1.0; the clock 40 / 8
+        assert driven[:wait] == [False] * wait and driven[wait] and driven[first]  # the human brought success
+        assert not any(driven[first + 1:])  # the task done, it stands by
+        # judging progress its first takeover is a correction, handed back once the finger is nearer than the
+        # policy had it; the policy stalls again and the second drives through; the clock's one drives through
+        assert human.takeovers == (2 if judged == "progress" else 1)
+    finally:
+        env.close()
+
+
 @pytest.mark.integration
-def test_train_with_the_scripted_operator_flags_its_steps(tmp_path, env_map):
+@pytest.mark.parametrize("expert, judged", [(EXPERT, "clock"), (EXPERT_WITH_PROGRESS, "progress")])
+def test_train_with_the_scripted_operator_flags_its_steps(tmp_path, env_map, expert, judged):
     from robot_rl.commands.train import train
     from robot_rl.config import TrainConfig
 
-    cfg = TrainConfig(env=REACH, env_map=str(env_map), env_expert=EXPERT, demos=2, human_eagerness=1.0,
+    cfg = TrainConfig(env=REACH, env_map=str(env_map), env_expert=expert, demos=2, human_eagerness=1.0,
                       human_takeover_steps=5, env_steps=120, eval_every=120, eval_episodes=2, final_eval_episodes=2,
                       pretrain_steps=10, critic_warmup_steps=10, learner="inline", run_dir=str(tmp_path / "run"),
                       progress=False)
     summary = train(cfg, log=lambda m: None)
     assert summary["interventions"] > 0 and summary["intervention_steps"] >= summary["interventions"]
+    assert summary["human_watches"] == judged
 
 
 @pytest.mark.integration

@@ -21,6 +21,19 @@ class ScriptedPush:
     def reset(self):
         self.phase = "line_up"
 
+    @staticmethod
+    def progress(obs):
+        """How far the task has come, in [0, 1], for a simulated human that judges progress: half for
+        the hand behind the cube on its line to the goal, half for the cube's way to the goal."""
+        o = np.asarray(obs["observation"], np.float64)
+        ee, cube, goal = o[0:3], o[6:9], np.asarray(obs["desired_goal"], np.float64)
+        to_goal = goal[:2] - cube[:2]
+        dist = np.linalg.norm(to_goal)
+        direction = to_goal / dist if dist > 1e-6 else np.array([1.0, 0.0])
+        behind = cube[:2] - direction * 0.04
+        reach = 1.0 - min(float(np.linalg.norm(ee[:2] - behind)) / 0.3, 1.0)
+        return 0.5 * reach + 0.5 * (1.0 - min(float(dist) / 0.5, 1.0))
+
     def __call__(self, obs):
         o = np.asarray(obs["observation"], np.float64)
         ee, cube, goal = o[0:3], o[6:9], np.asarray(obs["desired_goal"], np.float64)

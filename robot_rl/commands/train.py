@@ -232,6 +232,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     np.random.seed(cfg.seed)
     torch.set_num_threads(1)
     cell, eval_env = make_run_envs(cfg)
+    human = make_human(cfg, cell)  # before any work: a human that cannot judge is one line now
     env = FlatObservation(cell, cfg.obs, cfg.cameras)  # what the policy sees; the (simulated) human sees the cell
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
@@ -311,7 +312,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
             act_ms.append((time.perf_counter() - start) * 1e3)
             return action
 
-        loop = ActorLoop(cell, env.observation, act, human=make_human(cfg, cell), learner=learner,
+        loop = ActorLoop(cell, env.observation, act, human=human, learner=learner,
                          recorder=training_recorder(cfg, cell, run_dir), stats=run.round.counts, log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
@@ -458,24 +459,39 @@ def log_eval(result: dict, step: int, logger, log) -> None:
     log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
 
 
-def make_human(cfg: TrainConfig, cell=None):
-    """The simulated human: the twin's (its scripted expert judges progress), or on a Gymnasium env
-    the ``ScriptedOperator`` driving with the env's scripted policy (``--env-expert``)."""
+def human_watches(cfg: TrainConfig, cell=None) -> str | None:
+    """What the run's simulated human judges: ``progress`` (the twin's experts; a Gymnasium env's
+    scripted policy with ``progress(obs)``) or ``clock`` (an episode running long); None: no human."""
     if cfg.human_eagerness <= 0:
         return None
+    if not cfg.env:
+        return "progress"
+    has_progress = cell.unwrapped.has_expert_progress
+    if cfg.human_watches == "progress" and not has_progress:
+        raise InputError(f"--human-watches progress: the scripted policy {cfg.env_expert} has no progress(obs) "
+                         "(docs/your-env.md, 'The simulated human'); give it one, or watch the clock")
+    return "progress" if cfg.human_watches == "progress" or (cfg.human_watches == "auto" and has_progress) else "clock"
+
+
+def make_human(cfg: TrainConfig, cell=None):
+    """The simulated human: the twin's (its scripted expert judges progress), or on a Gymnasium env
+    the env's scripted policy (``--env-expert``) driving, judged by its own progress or, without
+    one, by the ``ScriptedOperator``'s clock (``human_watches``)."""
+    watches = human_watches(cfg, cell)
+    if watches is None:
+        return None
+    from robot_rl.foreign.env import ScriptedExpert
     from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHuman, SimulatedHumanConfig
 
-    if cfg.env:
-        mapped = cell.unwrapped
-        return ScriptedOperator(mapped.expert_action, mapped.max_episode_steps,
-                                SimulatedHumanConfig(eagerness=cfg.human_eagerness,
-                                                     takeover_steps=cfg.human_takeover_steps,
-                                                     max_takeovers=cfg.human_max_takeovers),
-                                succeeded=lambda: mapped.succeeded)
-
-    return SimulatedHuman(cfg.task, SimulatedHumanConfig(eagerness=cfg.human_eagerness,
-                                                         takeover_steps=cfg.human_takeover_steps,
-                                                         max_takeovers=cfg.human_max_takeovers), seed=cfg.seed)
+    config = SimulatedHumanConfig(eagerness=cfg.human_eagerness, takeover_steps=cfg.human_takeover_steps,
+                                  max_takeovers=cfg.human_max_takeovers)
+    if not cfg.env:
+        return SimulatedHuman(cfg.task, config, seed=cfg.seed)
+    mapped = cell.unwrapped
+    if watches == "progress":
+        return SimulatedHuman(cfg.env, config, expert=ScriptedExpert(mapped), succeeded=lambda: mapped.succeeded)
+    return ScriptedOperator(mapped.expert_action, mapped.max_episode_steps, config,
+                            succeeded=lambda: mapped.succeeded)
 
 
 def final_figure(evaluation: dict, success_source: str | None = None) -> dict:
@@ -554,7 +570,8 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "reward": "classifier" if cfg.reward_classifier else "ground_truth",
         "classifier_episodes": run.classifier_total(),
         "base_policy": base_summary(cfg, cell, list(act_ms)),
-        "human_eagerness": cfg.human_eagerness, "interventions": run.totals.interventions,
+        "human_eagerness": cfg.human_eagerness, "human_watches": human_watches(cfg, cell) if cell else None,
+        "interventions": run.totals.interventions,
         "intervention_steps": run.totals.intervention_steps,
         "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,
         "rounds": [r.summary() for r in rounds],

@@ -96,6 +96,7 @@ class LocalEnv(Watched):
             self.expert = worker.load_function(expert) if expert else None
         except Exception as exc:  # noqa: BLE001 - a foreign env's own errors, as one line
             raise _start_error(env_id, expert, stage, type(exc).__name__, (str(exc).splitlines() or [""])[0]) from None
+        self.has_progress = worker.has_progress(self.expert)
         self.observation_space = describe_space(self.env.observation_space)
         self.action_space = describe_space(self.env.action_space)
         self.max_episode_steps = self.env.spec.max_episode_steps if self.env.spec is not None else None
@@ -143,6 +144,9 @@ class LocalEnv(Watched):
 
     def expert_action(self) -> np.ndarray:
         return self._watched("scripted action", lambda: worker.call_policy(self.expert, self._last, self.env))
+
+    def expert_progress(self) -> float:
+        return self._watched("scripted progress", lambda: worker.call_progress(self.expert, self._last, self.env))
 
     def close(self) -> None:
         self.env.close()
@@ -277,6 +281,7 @@ class WorkerEnv(WorkerProcess):
                                hello.get("error", ""))
         self.observation_space, self.action_space = hello["observation_space"], hello["action_space"]
         self.max_episode_steps, self.control_hz = hello.get("max_episode_steps"), hello.get("control_hz")
+        self.has_progress = bool(hello.get("expert_progress"))
 
     def _overdue(self, during: str) -> EnvTimeout:
         return _timeout_error(self.env_id, during, self.timeout_s, f"its worker process ({self.python}) was stopped")
@@ -291,6 +296,9 @@ class WorkerEnv(WorkerProcess):
 
     def expert_action(self) -> np.ndarray:
         return self._request("expert", during="scripted action")["arrays"]["action"]
+
+    def expert_progress(self) -> float:
+        return float(self._request("progress", during="scripted progress")["progress"])
 
 
 def open_env(env_id: str, kwargs: dict, python: str | None = None, expert: str | None = None,

@@ -109,18 +109,34 @@ class MappedEnv(gym.Env):
         """The scripted policy's (``--env-expert``) action for the last observation, as the policy's."""
         return self.map.to_policy_action(self.inner.expert_action())
 
+    @property
+    def has_expert_progress(self) -> bool:
+        """The scripted policy also says how far the task has come (``policy.progress(obs)``)."""
+        return bool(getattr(self.inner, "has_progress", False))
+
+    def expert_progress(self) -> float:
+        """The scripted policy's progress on the last observation, in [0, 1]."""
+        return float(np.clip(self.inner.expert_progress(), 0.0, 1.0))
+
     def close(self) -> None:
         self.inner.close()
 
 
 class ScriptedExpert:
-    """The env's scripted policy as the demonstrator ``rollout.collect_demos`` runs."""
+    """The env's scripted policy as the demonstrator ``rollout.collect_demos`` runs, and as the
+    expert of the simulated human that judges its progress (``progress``, ``resume``)."""
 
     def __init__(self, env: gym.Env):
         self.env = env.unwrapped
 
     def reset(self) -> None:
         pass  # the worker resets the policy with the env
+
+    def resume(self, raw: dict) -> None:
+        pass  # the scripted policy reads the scene each step: a takeover starts from what it sees
+
+    def progress(self, raw: dict) -> float:
+        return self.env.expert_progress()
 
     def __call__(self, raw: dict) -> np.ndarray:
         return self.env.expert_action()

@@ -160,6 +160,19 @@ def call_policy(policy, obs, env):
     return np.asarray(action, np.float64)
 
 
+def has_progress(policy) -> bool:
+    """A scripted policy may also say how far the task has come: ``policy.progress(obs)`` in [0, 1]
+    (as the twin's experts do), for a simulated human that judges progress, not the clock."""
+    return policy is not None and callable(getattr(policy, "progress", None))
+
+
+def call_progress(policy, obs, env) -> float:
+    value = float(np.asarray(call_policy(policy.progress, obs, env)).reshape(-1)[0])
+    if not np.isfinite(value):
+        raise ValueError(f"the scripted policy's progress(obs) is {value}, not a finite number")
+    return value
+
+
 # ---------------------------------------------------------------------------- the worker
 def make_env(env_id: str, kwargs: dict):
     """``gym.make``; an id ``module:Name-v0`` imports the module first (gymnasium's own syntax), and
@@ -200,6 +213,7 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
     limit = env.spec.max_episode_steps if env.spec is not None else None
     write_frame(out, {"ok": True, "observation_space": describe_space(env.observation_space),
                       "action_space": describe_space(env.action_space), "max_episode_steps": limit,
+                      "expert_progress": has_progress(expert),
                       "control_hz": control_hz(env),
                       "gymnasium": gym.__version__, "numpy": np.__version__, "python": sys.version.split()[0]})
     last = None
@@ -222,6 +236,10 @@ def serve(env_id: str, kwargs: dict, expert_spec: str | None, setup_spec: str | 
             if expert is None:
                 raise RuntimeError("no scripted policy was given")
             write_frame(out, {"ok": True}, {"action": call_policy(expert, last, env)})
+        elif op == "progress":
+            if not has_progress(expert):
+                raise RuntimeError("the scripted policy has no progress(obs)")
+            write_frame(out, {"ok": True, "progress": call_progress(expert, last, env)})
         else:
             raise ValueError(f"unknown request {op!r}")
 

@@ -80,5 +80,18 @@ def scripted_reach(obs):
     return np.array([*move, 0.0, 1.0 if close else -1.0])
 
 
+def reach_progress(obs):
+    """How far the finger has come: 1 at the goal, 0 a metre or more from it."""
+    return 1.0 - min(float(np.linalg.norm(obs["goal"] - obs["agent"][:2])), 1.0)
+
+
+def scripted_reach_with_progress(obs):
+    """The demonstrator, saying its progress too (``progress``), as a simulated human can judge it."""
+    return scripted_reach(obs)
+
+
+scripted_reach_with_progress.progress = reach_progress
+
+
 gym.register("robot_rl_test/Reach-v0", entry_point=Reach, max_episode_steps=40)
 gym.register("robot_rl_test/Discrete-v0", entry_point=Discrete, max_episode_steps=40)
