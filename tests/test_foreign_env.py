@@ -267,6 +267,18 @@ def test_a_scripted_policys_progress_is_the_same_in_process_and_in_a_worker(env_
             plain.close()
 
 
+def test_a_progress_that_is_not_a_number_is_one_error_naming_it(env_map):
+    """In a worker: one EnvWorkerError naming the env and the value; in process the same words."""
+    for python, error in ((sys.executable, EnvWorkerError), (None, ValueError)):
+        env = MappedEnv(open_env(REACH, {}, python, "foreign_envs:scripted_reach_lost"), read_env_map(env_map), REACH)
+        try:
+            env.reset(seed=0)
+            with pytest.raises(error, match=r"the scripted policy's progress\(obs\) is nan, not a finite number"):
+                env.expert_progress()
+        finally:
+            env.close()
+
+
 # ------------------------------------------------------------------ the commands
 @pytest.mark.parametrize("args, needles", [
     (["--env", "NoSuchEnv-v9"], ("--env NoSuchEnv-v9: unknown Gymnasium env id",)),

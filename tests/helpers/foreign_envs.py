@@ -93,5 +93,13 @@ def scripted_reach_with_progress(obs):
 scripted_reach_with_progress.progress = reach_progress
 
 
+def scripted_reach_lost(obs):
+    """The demonstrator, whose progress is not a number (a broken progress function)."""
+    return scripted_reach(obs)
+
+
+scripted_reach_lost.progress = lambda obs: float("nan")
+
+
 gym.register("robot_rl_test/Reach-v0", entry_point=Reach, max_episode_steps=40)
 gym.register("robot_rl_test/Discrete-v0", entry_point=Discrete, max_episode_steps=40)
