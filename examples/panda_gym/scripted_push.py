@@ -47,10 +47,11 @@ class ScriptedPush:
             if lateral > 0.02 or np.dot(offset, direction) > -0.01:  # off the line: line up again
                 self.phase = "line_up"
         if self.phase == "line_up":
-            far = np.linalg.norm(ee[:2] - behind[:2]) > 0.04
+            gap = np.linalg.norm(ee[:2] - behind[:2])
+            far = gap > 0.04
             if far and ee[2] < 0.05:  # down at the cube's height: up first, or the move sweeps the cube along
                 target = np.array([*ee[:2], 0.07])
-            elif np.linalg.norm(ee[:2] - behind[:2]) > 0.015:
+            elif gap > 0.015:
                 target = np.array([*behind[:2], max(0.07, ee[2]) if far else 0.02])
             else:
                 target = behind

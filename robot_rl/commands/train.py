@@ -470,7 +470,7 @@ def human_watches(cfg: TrainConfig, cell=None) -> str | None:
     if cfg.human_watches == "progress" and not has_progress:
         raise InputError(f"--human-watches progress: the scripted policy {cfg.env_expert} has no progress(obs) "
                          "(docs/your-env.md, 'The simulated human'); give it one, or watch the clock")
-    return "progress" if cfg.human_watches == "progress" or (cfg.human_watches == "auto" and has_progress) else "clock"
+    return "progress" if has_progress and cfg.human_watches != "clock" else "clock"
 
 
 def make_human(cfg: TrainConfig, cell=None):

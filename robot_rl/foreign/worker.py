@@ -167,7 +167,7 @@ def has_progress(policy) -> bool:
 
 
 def call_progress(policy, obs, env) -> float:
-    value = float(np.asarray(call_policy(policy.progress, obs, env)).reshape(-1)[0])
+    value = float(call_policy(policy.progress, obs, env).reshape(-1)[0])
     if not np.isfinite(value):
         raise ValueError(f"the scripted policy's progress(obs) is {value}, not a finite number")
     return value
