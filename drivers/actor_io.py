@@ -67,16 +67,28 @@ class RecorderReceipts:
 
 
 class Teleop:
-    """The newest human action and whether the human holds the controls."""
+    """The newest human action and whether the human holds the controls.
+
+    A takeover ends with its episode: ``reset()`` (the actor loop calls it as each episode
+    starts) forgets it, and a takeover counts again once the teleop node has said "not
+    intervening" since (its stand-down at the episode's end, teleop/intervention.py). What it
+    published for the last episode and reached this node late (a loaded machine) is so never
+    flagged and learned as a correction of the new episode's first steps."""
 
     def __init__(self, max_age_s: float):
         self.max_age_s = max_age_s
         self.intervening = False
+        self.armed = True  # a takeover counts (no episode has ended since the last "not intervening")
         self.action: np.ndarray | None = None
         self.stamp = 0.0
 
+    def reset(self) -> None:
+        self.intervening, self.armed, self.action = False, False, None
+
     def on_intervening(self, msg) -> None:
-        self.intervening = bool(msg.data)
+        if not msg.data:
+            self.armed = True
+        self.intervening = bool(msg.data) and self.armed
 
     def on_action(self, msg) -> None:
         values = np.asarray(msg.data, np.float64)

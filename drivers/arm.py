@@ -75,6 +75,7 @@ class ArmSupervisor:
         self._teleop: np.ndarray | None = None  # the operator's contract action [7]
         self._teleop_time = -np.inf
         self.teleop_intervening = False
+        self._teleop_armed = True
         self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0,
                        "ignored_operator_lost": 0, "operator_losses": 0}
 
@@ -110,7 +111,12 @@ class ArmSupervisor:
         self._teleop_time = self.clock()
 
     def set_intervening(self, intervening: bool) -> None:
-        self.teleop_intervening = bool(intervening)
+        """After a reset, a takeover counts once the teleop node has said "not intervening"
+        (its stand-down at the episode's end): one it published for the last episode and that
+        arrives late never drives the new one (see ``reset``)."""
+        if not intervening:
+            self._teleop_armed = True
+        self.teleop_intervening = bool(intervening) and self._teleop_armed
 
     def operator_heartbeat(self) -> None:
         """The operator's teleop node is alive (its heartbeat arrived)."""
@@ -164,12 +170,14 @@ class ArmSupervisor:
         self._last_command = -np.inf
 
     def reset(self) -> None:
-        """After the arm was reset: forget old commands and holds (silence is not a watchdog event)."""
+        """After the arm was reset: forget old commands and holds (silence is not a watchdog
+        event), and the operator's takeover: it ended with its episode."""
         self.mode = "idle"
         self._delta = self._target = self._hold = None
         self._gripper = GripperCommand.STAY
         self._last_command = -np.inf
         self._teleop, self._teleop_time = None, -np.inf
+        self.teleop_intervening, self._teleop_armed = False, False
 
     # ---- the action of this control period --------------------------------------------
     def action(self, state: np.ndarray) -> np.ndarray:

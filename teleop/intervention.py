@@ -6,6 +6,13 @@ gamepad LB, a held console key or the console's hold button) and hands back on l
 ``toggle`` - the intervene button (or the console's toggle) switches intervention on and
 off, and while on, the operator's action is executed even when it is zero (holding still).
 Several inputs may be live at once; the first one in the list that is on the controls wins.
+
+A takeover ends with its episode (``episode_over``): the toggle and the console's hold are
+cleared, and an input still on the controls (a SpaceMouse held through the reset) takes over
+again only once it has let go, so what the operator did for the last episode never drives the
+next one's first steps. The arm and the actor keep the same rule (``ArmSupervisor.reset``,
+``drivers.actor_io.Teleop.reset``): after a reset they take a takeover only once this switch
+has said "not intervening" since, which also discards one that reached them late.
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ class InterventionSwitch:
         self.mode = mode
         self.toggled = False
         self.held_by_console = False
+        self.awaiting_release = False  # an episode ended while an input was on the controls
+
+    def episode_over(self) -> None:
+        """The actor's episode ended: every takeover ends with it."""
+        self.toggled = self.held_by_console = False
+        self.awaiting_release = True
 
     def toggle(self) -> bool:
         self.toggled = not self.toggled
@@ -44,6 +57,10 @@ class InterventionSwitch:
             if inp.toggle_intervention:
                 self.toggle()
         active = [(name, inp) for name, inp in inputs if inp.active]
+        if self.awaiting_release:
+            if active and not self.toggled:  # still on the controls from the last episode: let go first
+                return Decision(False, np.zeros(7, np.float32))
+            self.awaiting_release = False
         action = active[0][1].action if active else np.zeros(7, np.float32)
         source = active[0][0] if active else ""
         on = self.toggled or self.held_by_console or (self.mode == "hold" and bool(active))

@@ -7,7 +7,11 @@ and in sim optionally a simulated human (``simulated_human`` > 0: its eagerness)
 ``rate_hz`` and at once on every console input:
 
 - ``teleop/intervening`` (Bool) and, while intervening, ``teleop/action`` (the contract action):
-  the arm executes the operator's action first (drivers/arm.py), the actor stores and flags it;
+  the arm executes the operator's action first (drivers/arm.py), the actor stores and flags it.
+  A takeover ends with the actor's episode (``actor/step``'s ``episode_over``): "not
+  intervening" goes out at once, and a device still on the controls takes over again once it
+  has let go (teleop/intervention.py); the arm and the actor take no takeover after a reset
+  until that "not intervening" has reached them;
 - ``teleop/events`` (String): success, failure, reset, rerecord, pause, resume;
 - ``teleop/heartbeat`` (Empty) every tick: the operator's path is alive. An arm node with
   ``require_operator`` holds while it is missing (the node died or hangs).
@@ -102,6 +106,8 @@ class SimulatedHumanInput:
                 return
             self.last_stamp = obs.pop("stamp_ns")
         with self.lock:
+            if not self.watching:  # the episode ended meanwhile
+                return
             action = self.human(obs)
             self.latest = TeleopInput(action if action is not None else np.zeros(7, np.float32), action is not None)
 
@@ -280,10 +286,13 @@ class TeleopNode(Node):
         self.step = step = json.loads(msg.data)
         self.last_linked = time.monotonic()
         humans = [device for device in self.inputs if isinstance(device, SimulatedHumanInput)]
-        if step.get("episode_over"):  # the simulated human stands by through the reset
-            self.episode = None
+        if step.get("episode_over"):  # every takeover ends with the episode; the simulated human stands by
+            self.episode = None           # through the reset
+            with self.lock:
+                self.switch.episode_over()
             for device in humans:
                 device.episode_over()
+            self.publish_decision()  # "not intervening" at once, not at the next tick
         elif step.get("episode") != self.episode or step.get("step") == 1:  # an episode started (a dropped one's
             self.episode = step.get("episode")                              # number comes again): watch anew
             for device in humans:

@@ -123,6 +123,46 @@ def test_without_the_operators_heartbeat_the_arm_holds_and_ignores_commands():
         ArmSupervisor(LIMITS, BOX, operator_timeout_s=0.0)
 
 
+def test_a_takeover_ends_with_its_episode_at_the_arm_and_the_actor():
+    """After a reset, the arm and the actor take a takeover only once the teleop node has said
+    "not intervening" since: one it published for the last episode and that arrives late (a
+    loaded machine: the CI run where a new episode's first 3 steps were the old takeover's)
+    neither drives the arm nor is flagged as a correction."""
+    from types import SimpleNamespace
+
+    from robot_rl.drivers.actor_io import Teleop
+
+    clock = FakeClock()
+    sup = ArmSupervisor(LIMITS, BOX, clock=clock)
+    here = state_at([0.5, 0.0, 0.2])
+    up = np.array([0, 0, 1.0, 0, 0, 0, 0])
+    sup.command_teleop(up)
+    sup.set_intervening(True)  # before any reset: the operator's
+    assert sup.action(here)[2] == pytest.approx(1.0) and sup.mode == "teleop"
+    sup.reset()
+    sup.command_teleop(up)  # the last episode's takeover, late
+    sup.set_intervening(True)
+    sup.command_velocity(np.array([0, 0, -1.0, 0, 0, 0]))
+    assert sup.action(here)[2] == pytest.approx(-1.0) and sup.mode == "velocity"  # the policy's
+    sup.set_intervening(False)  # the teleop node's stand-down
+    sup.set_intervening(True)
+    sup.command_teleop(up)
+    assert sup.action(here)[2] == pytest.approx(1.0) and sup.mode == "teleop"  # a takeover of this episode
+
+    teleop, msg = Teleop(max_age_s=10.0), lambda data: SimpleNamespace(data=data)
+    teleop.on_action(msg([0.0, 0, 1.0, 0, 0, 0, 0]))
+    teleop.on_intervening(msg(True))
+    assert teleop({}) is not None
+    teleop.reset()
+    teleop.on_intervening(msg(True))
+    teleop.on_action(msg([0.0, 0, 1.0, 0, 0, 0, 0]))
+    assert teleop({}) is None  # late, from the last episode
+    teleop.on_intervening(msg(False))
+    assert teleop({}) is None
+    teleop.on_intervening(msg(True))
+    np.testing.assert_allclose(teleop({}), [0, 0, 1.0, 0, 0, 0, 0])
+
+
 def test_velocity_limits_and_workspace_box_clip_commands():
     sup = ArmSupervisor(LIMITS, BOX, clock=FakeClock())
     sup.command_velocity(np.array([5.0, -3.0, 0, 0, 0, 0.5]))

@@ -146,6 +146,29 @@ def test_intervention_switch_hold_and_toggle():
         InterventionSwitch("sometimes")
 
 
+def test_a_takeover_ends_with_its_episode():
+    """The toggle and the console's hold end with the episode; a SpaceMouse still held through
+    the reset takes over again once it has let go; a fresh toggle takes over at once."""
+    idle = TeleopInput(np.zeros(7, np.float32), False)
+    moving = TeleopInput(np.full(7, 0.5, np.float32), True)
+    hold = InterventionSwitch("hold")
+    assert hold.decide([("spacemouse", moving)]).intervening
+    hold.episode_over()
+    assert not hold.decide([("spacemouse", moving)]).intervening  # held through the reset
+    assert not hold.decide([("spacemouse", moving)]).intervening
+    assert not hold.decide([("spacemouse", idle)]).intervening  # let go
+    assert hold.decide([("spacemouse", moving)]).intervening  # and took the controls again
+    hold.held_by_console = True
+    hold.episode_over()
+    assert not hold.held_by_console and not hold.decide([("console", idle)]).intervening
+    toggle = InterventionSwitch("toggle")
+    toggle.toggle()
+    toggle.episode_over()
+    assert not toggle.toggled and not toggle.decide([("spacemouse", moving)]).intervening
+    pressed = TeleopInput(np.full(7, 0.5, np.float32), True, toggle_intervention=True)
+    assert toggle.decide([("gamepad", pressed)]).intervening  # pressed in the new episode
+
+
 def run_with_human(task: str, eagerness: float, episodes: int, policy="zero", **kw):
     from robot_rl.sim import make
     from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
