@@ -41,7 +41,7 @@ class InterventionSwitch:
         self.mode = mode
         self.toggled = False
         self.held_by_console = False
-        self.awaiting_release = False  # an episode ended while an input was on the controls
+        self.awaiting_release = False  # an episode ended: an input still on the controls lets go first
 
     def episode_over(self) -> None:
         """The actor's episode ended: every takeover ends with it."""
