@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from robot_rl.contract import OPERATOR_EVENTS
+from robot_rl.contract import OPERATOR_EVENTS, OperatorTakeover
 from robot_rl.drivers import messages as msgs
 from robot_rl.runtime.wire import encode
 
@@ -67,28 +67,21 @@ class RecorderReceipts:
 
 
 class Teleop:
-    """The newest human action and whether the human holds the controls.
-
-    A takeover ends with its episode: ``reset()`` (the actor loop calls it as each episode
-    starts) forgets it, and a takeover counts again once the teleop node has said "not
-    intervening" since (its stand-down at the episode's end, teleop/intervention.py). What it
-    published for the last episode and reached this node late (a loaded machine) is so never
-    flagged and learned as a correction of the new episode's first steps."""
+    """The newest human action and whether the human holds the controls (a takeover ends with
+    its episode: ``reset()``, which the actor loop calls as each episode starts; ``OperatorTakeover``)."""
 
     def __init__(self, max_age_s: float):
         self.max_age_s = max_age_s
-        self.intervening = False
-        self.armed = True  # a takeover counts (no episode has ended since the last "not intervening")
+        self.takeover = OperatorTakeover()
         self.action: np.ndarray | None = None
         self.stamp = 0.0
 
     def reset(self) -> None:
-        self.intervening, self.armed, self.action = False, False, None
+        self.takeover.episode_start()
+        self.action = None
 
     def on_intervening(self, msg) -> None:
-        if not msg.data:
-            self.armed = True
-        self.intervening = bool(msg.data) and self.armed
+        self.takeover.set(bool(msg.data))
 
     def on_action(self, msg) -> None:
         values = np.asarray(msg.data, np.float64)
@@ -96,7 +89,7 @@ class Teleop:
             self.action, self.stamp = np.clip(values, -1, 1).astype(np.float32), time.monotonic()
 
     def __call__(self, raw: dict) -> np.ndarray | None:
-        if self.intervening and self.action is not None and time.monotonic() - self.stamp <= self.max_age_s:
+        if self.takeover.on and self.action is not None and time.monotonic() - self.stamp <= self.max_age_s:
             return self.action
         return None
 

@@ -30,7 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from robot_rl.contract import STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command
+from robot_rl.contract import (STATE_SLICES, ControlLimits, GripperCommand, OperatorTakeover, SafetyBox,
+                               gripper_command)
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
 from robot_rl.errors import InputError
 
@@ -74,8 +75,7 @@ class ArmSupervisor:
         self.mode = "idle"  # idle (never commanded) | velocity | pose | teleop | watchdog | estop | operator_lost
         self._teleop: np.ndarray | None = None  # the operator's contract action [7]
         self._teleop_time = -np.inf
-        self.teleop_intervening = False
-        self._teleop_armed = True
+        self.takeover = OperatorTakeover()  # teleop/intervening, read as a takeover that ends with its episode
         self.counts = {"clipped_velocity": 0, "clipped_workspace": 0, "ignored_estopped": 0, "watchdog_holds": 0,
                        "ignored_operator_lost": 0, "operator_losses": 0}
 
@@ -111,12 +111,7 @@ class ArmSupervisor:
         self._teleop_time = self.clock()
 
     def set_intervening(self, intervening: bool) -> None:
-        """After a reset, a takeover counts once the teleop node has said "not intervening"
-        (its stand-down at the episode's end): one it published for the last episode and that
-        arrives late never drives the new one (see ``reset``)."""
-        if not intervening:
-            self._teleop_armed = True
-        self.teleop_intervening = bool(intervening) and self._teleop_armed
+        self.takeover.set(intervening)
 
     def operator_heartbeat(self) -> None:
         """The operator's teleop node is alive (its heartbeat arrived)."""
@@ -136,14 +131,14 @@ class ArmSupervisor:
             self._delta = self._target = None
             self._gripper = GripperCommand.STAY
             self._last_command = -np.inf
-            self._teleop, self._teleop_time, self.teleop_intervening = None, -np.inf, False
+            self._teleop, self._teleop_time, self.takeover.on = None, -np.inf, False
             if not present:
                 self.counts["operator_losses"] += 1
         return present
 
     @property
     def teleop_live(self) -> bool:
-        return (self.teleop_intervening and self._teleop is not None
+        return (self.takeover.on and self._teleop is not None
                 and self.clock() - self._teleop_time <= self.watchdog_s)
 
     def _ignored(self) -> bool:
@@ -177,7 +172,7 @@ class ArmSupervisor:
         self._gripper = GripperCommand.STAY
         self._last_command = -np.inf
         self._teleop, self._teleop_time = None, -np.inf
-        self.teleop_intervening, self._teleop_armed = False, False
+        self.takeover.episode_start()
 
     # ---- the action of this control period --------------------------------------------
     def action(self, state: np.ndarray) -> np.ndarray:

@@ -183,6 +183,26 @@ def observation_space(
 OPERATOR_EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
 
 
+class OperatorTakeover:
+    """How a listener of ``teleop/intervening`` (the arm, the actor) reads it: a takeover ends
+    with its episode. After ``episode_start()`` one counts again only once "not intervening" has
+    arrived since (the teleop node's stand-down at the episode's end, teleop/intervention.py),
+    so a takeover published for the last episode and delivered late (a loaded machine) neither
+    drives the new one nor is learned as a correction of its first steps."""
+
+    def __init__(self):
+        self.on = False
+        self._armed = True  # no episode has started since the last "not intervening"
+
+    def set(self, intervening: bool) -> None:
+        if not intervening:
+            self._armed = True
+        self.on = bool(intervening) and self._armed
+
+    def episode_start(self) -> None:
+        self.on = self._armed = False
+
+
 class Transition(NamedTuple):
     """One control step: the observation the action was chosen on, the action executed (the
     human's when one drove), the reward it earned, the next observation, whether the episode

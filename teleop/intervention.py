@@ -10,9 +10,9 @@ Several inputs may be live at once; the first one in the list that is on the con
 A takeover ends with its episode (``episode_over``): the toggle and the console's hold are
 cleared, and an input still on the controls (a SpaceMouse held through the reset) takes over
 again only once it has let go, so what the operator did for the last episode never drives the
-next one's first steps. The arm and the actor keep the same rule (``ArmSupervisor.reset``,
-``drivers.actor_io.Teleop.reset``): after a reset they take a takeover only once this switch
-has said "not intervening" since, which also discards one that reached them late.
+next one's first steps. The arm and the actor read ``teleop/intervening`` by the same rule
+(``robot_rl.contract.OperatorTakeover``): after a reset they take a takeover only once this
+switch has said "not intervening" since, which also discards one that reached them late.
 """
 
 from __future__ import annotations
