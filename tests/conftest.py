@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # not named here keeps its place; one renamed or removed here only loses its head start
 # (tests/test_suite_progress.py checks that each one named exists).
 LONGEST_FIRST = {
-    "tests/test_frozen.py::test_pixels_through_a_frozen_encoder_learn_past_their_cloned_policy": 404,
+    "tests/test_frozen.py::test_pixels_through_a_frozen_encoder_learn_past_a_weak_clone_and_keep_a_strong_one": 404,
     "tests/test_train.py::test_rl_lifts_a_hard_task_well_past_its_clone": 239,
     "tests/test_foreign_env.py::test_learns_a_foreign_env_in_a_worker": 128,
     "tests/test_main_job.py::test_a_main_job_stopped_in_its_first_round_goes_on_from_there": 120,

@@ -234,6 +234,22 @@ def test_ros_bench_quick_gives_every_figure(own_domain, tmp_path_factory):
     assert figures["franka_tracking_misses"] >= 0
 
 
+def test_the_ros_bench_names_the_log_of_a_learner_that_exits_before_training(tmp_path):
+    """The control loop with a learner beside it waits for the learner's first update; a learner
+    that dies first is one error naming its log, not a loop measured beside nothing."""
+    import subprocess
+    import sys
+
+    from robot_rl.bench import ros as ros_bench
+
+    learner = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    learner.wait(60)
+    with pytest.raises(RuntimeError, match=r"exited \(3\) before training: see .*learner_pixels.log"):
+        ros_bench._wait_until_training(learner, tmp_path / "learner_pixels.json", tmp_path / "learner_pixels.log")
+    (tmp_path / "learner_pixels.json.training").touch()  # a learner that trains: no wait at all
+    ros_bench._wait_until_training(learner, tmp_path / "learner_pixels.json", tmp_path / "learner_pixels.log")
+
+
 def test_learning_bench_states_each_pixel_seed_s_cycle_time():
     """Each pixel row's cycle time is every seed's summary.json ``cycle_time``, in seed order."""
     from robot_rl.bench.learning import PIXEL_ROWS, pixel_figures

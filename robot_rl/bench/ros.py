@@ -123,6 +123,8 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
                                         max_episode_steps=100_000, stale_timeout_s=60.0,
                                         command_latency_s=command_latency_ms / 1e3), kind)
         policy = _policy(kind, size)
+        if learner is not None:  # the loop starts once it trains (its start-up is no part of the loop)
+            _wait_until_training(learner, learner_result, log_dir / f"learner_{kind}_{learner_priority}.log")
         obs, _ = env.reset()
         for _ in range(10):  # warm-up: torch's first calls, DDS matching
             obs, *_ = env.step(policy.act(obs))
@@ -162,6 +164,25 @@ def control_loop(kind: str, p: dict, domain: int, log_dir: Path, log, command_la
     return figures
 
 
+def _training_marker(result_file) -> Path:
+    """The file the learner beside the control loop creates after its first update."""
+    return Path(f"{result_file}.training")
+
+
+def _wait_until_training(learner, result_file: Path, learner_log: Path, limit_s: float = 600.0) -> None:
+    """Waits for the learner process's first update (its marker file): on a loaded machine its
+    start-up (torch, the agent, the synthetic replay) can outlast the whole timed loop, which would
+    then measure nothing beside it. An error naming its log if it exits or never trains."""
+    deadline = time.monotonic() + limit_s
+    while not _training_marker(result_file).exists():
+        if learner.poll() is not None:
+            raise RuntimeError(f"the learner beside the control loop exited ({learner.returncode}) before training: "
+                               f"see {learner_log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the learner beside the control loop did not train within {limit_s:g} s: see {learner_log}")
+        time.sleep(0.1)
+
+
 def learner_main(kind: str, priority: str, result_file: str) -> None:
     """A learner training beside the control loop: SAC updates back to back on a replay of
     synthetic transitions (the trainable pixel encoder for ``pixels``: the heaviest update), with
@@ -190,6 +211,8 @@ def learner_main(kind: str, priority: str, result_file: str) -> None:
     while not stop:
         agent.update(batches[updates % len(batches)])
         updates += 1
+        if updates == 1:
+            _training_marker(result_file).touch()  # the control loop's timed steps may start
     Path(result_file).write_text(json.dumps({"updates": updates, "seconds": time.monotonic() - start}))
 
 
