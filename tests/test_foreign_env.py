@@ -384,7 +384,7 @@ def test_learns_a_foreign_env_in_a_worker(tmp_path, env_map):
     from robot_rl.config import TrainConfig
 
     cfg = TrainConfig(env=REACH, env_map=str(env_map), env_python=sys.executable, env_expert=EXPERT, demos=10,
-                      env_steps=2000, eval_every=1000, eval_episodes=50, final_eval_episodes=50, learner="inline",
+                      env_steps=2000, eval_every=2000, eval_episodes=50, final_eval_episodes=50, learner="inline",
                       run_dir=str(tmp_path / "run"), progress=False)
     summary = train(cfg, log=lambda m: None)
     evals = [e["success_rate"] for e in summary["evals"]]

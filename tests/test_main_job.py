@@ -223,9 +223,9 @@ def test_main_sh_refuses_a_bad_variable_before_any_stage(tmp_path, variables, sa
 
 
 # ------------------------------------------------------------------ a real job, stopped and resumed
-TINY = ["--steps", "400", "--demos", "3", "--takes", "3", "--classifier-steps", "30", "--encoder-steps", "20",
+TINY = ["--steps", "200", "--demos", "3", "--takes", "3", "--classifier-steps", "30", "--encoder-steps", "20",
         "--rollout-episodes", "2", "--eval-episodes", "2", "--final-eval-episodes", "4"]
-TINY_TRAIN = ["--", "--eval-every", "200", "--checkpoint-every", "100", "--pretrain-steps", "50",
+TINY_TRAIN = ["--", "--eval-every", "100", "--checkpoint-every", "50", "--pretrain-steps", "50",
               "--critic-warmup-steps", "50", "--utd", "1"]
 
 
@@ -261,7 +261,7 @@ def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
     record = json.loads((run / "main_job.json").read_text())
     assert list(record["stages"]) == ["record", "classifier", "encoder", "round1", "check", "round2", "report"]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["env_steps"] == 400 and summary["final"] is not None and summary["job_wall_s"] > 0
+    assert summary["env_steps"] == 200 and summary["final"] is not None and summary["job_wall_s"] > 0
     assert (run / "report.md").is_file()
 
     # finished: nothing to do; each finished stage's outputs are verified before anything runs

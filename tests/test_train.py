@@ -33,7 +33,7 @@ def test_rl_lifts_a_hard_task_well_past_its_clone(tmp_path, capsys):
     or less (docs/CALIBRATION.md): 4,000 online steps must lift it well past the clone, both graded
     over 50 episodes. The learner is driven inline so the run is deterministic on one machine (the
     process path: next test)."""
-    cfg = TrainConfig(task="PegInsertHard", demos=20, env_steps=4000, eval_every=2000, eval_episodes=50,
+    cfg = TrainConfig(task="PegInsertHard", demos=20, env_steps=4000, eval_every=4000, eval_episodes=50,
                       final_eval_episodes=50, learner="inline", run_dir=str(tmp_path / "run"), progress=False)
     summary = train(cfg, log=lambda m: None)
     assert summary["evals"][0]["env_steps"] == 0 and summary["final_eval_episodes"] == 50
