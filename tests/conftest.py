@@ -12,31 +12,32 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 pytest_plugins = ["tests.helpers.progress"]
 
 ROOT = Path(__file__).resolve().parents[1]
-# The longest tests, with their seconds in a full run on a 2-core AMD EPYC (AVX2; 2026-11-29, the
-# first five slowed by a leftover process; a Xeon takes about half): they run first, longest first,
+# The longest tests, with their seconds in full runs alone on a 2-core AMD EPYC (AVX2; 2026-11-29:
+# the fourteen slowest from `.ci/run` of 6b1a8dc, the rest from the run before it; a Xeon takes
+# about 0.6x): they run first, longest first,
 # so that under pytest-xdist (scripts/test.sh runs 2 workers, `--dist load --maxschedchunk 1`: one
 # test at a time to whichever worker is free) no worker ends the run alone on one of them. A test
 # not named here keeps its place; one renamed or removed here only loses its head start
 # (tests/test_suite_progress.py checks that each one named exists).
 LONGEST_FIRST = {
-    "tests/test_frozen.py::test_pixels_through_a_frozen_encoder_learn_past_a_weak_clone_and_keep_a_strong_one": 950,
-    "tests/test_foreign_env.py::test_learns_a_foreign_env_in_a_worker": 509,
-    "tests/test_train.py::test_rl_lifts_a_hard_task_well_past_its_clone": 501,
-    "tests/test_main_job.py::test_a_main_job_stopped_in_its_first_round_goes_on_from_there": 344,
-    "tests/test_base_policy_train.py::test_the_residual_lifts_a_weak_scripted_base": 343,
-    "tests/test_bench.py::test_faults_bench_kills_and_corrupts_without_losing_anything": 214,
-    "tests/test_bench.py::test_ros_bench_quick_gives_every_figure": 146,
-    "tests/test_bench.py::test_hil_bench_quick_gives_every_figure": 118,
-    "tests/test_bench.py::test_classifier_bench_quick_gives_every_figure": 108,
-    "tests/test_so101_stack.py::test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus": 60,
-    "tests/test_train.py::test_one_seed_gives_one_run_whatever_the_learner_timing": 52,
-    "tests/test_so101_stack.py::test_the_so101_sim_stack_grades_a_checkpoint_alone": 50,
-    "tests/test_ros_stack.py::test_sim_stack_trains_and_survives_a_learner_restart": 48,
+    "tests/test_frozen.py::test_pixels_through_a_frozen_encoder_learn_past_a_weak_clone_and_keep_a_strong_one": 468,
+    "tests/test_train.py::test_rl_lifts_a_hard_task_well_past_its_clone": 405,
+    "tests/test_base_policy_train.py::test_the_residual_lifts_a_weak_scripted_base": 332,
+    "tests/test_bench.py::test_ros_bench_quick_gives_every_figure": 209,
+    "tests/test_foreign_env.py::test_learns_a_foreign_env_in_a_worker": 207,
+    "tests/test_bench.py::test_faults_bench_kills_and_corrupts_without_losing_anything": 191,
+    "tests/test_main_job.py::test_a_main_job_stopped_in_its_first_round_goes_on_from_there": 170,
+    "tests/test_bench.py::test_hil_bench_quick_gives_every_figure": 125,
+    "tests/test_bench.py::test_classifier_bench_quick_gives_every_figure": 90,
+    "tests/test_ros_stack.py::test_sim_stack_trains_and_survives_a_learner_restart": 59,
+    "tests/test_train.py::test_one_seed_gives_one_run_whatever_the_learner_timing": 55,
+    "tests/test_so101_stack.py::test_the_so101_sim_stack_runs_the_expert_over_the_simulated_bus": 51,
+    "tests/test_ros_stack.py::test_two_robots_feed_one_learner": 46,
+    "tests/test_so101_stack.py::test_the_so101_sim_stack_grades_a_checkpoint_alone": 45,
     "tests/test_launch.py::test_robot_rl_launch_runs_the_sim_stack": 45,
     "tests/test_franka.py::test_the_franka_sim_stack_runs_three_episodes_end_to_end": 38,
     "tests/test_foreign_env.py::test_train_record_and_eval_on_a_foreign_env_in_a_worker": 36,
     "tests/test_console_browser.py::test_console_in_a_browser_drives_the_sim_stack_and_every_button_lands": 33,
-    "tests/test_ros_stack.py::test_two_robots_feed_one_learner": 32,
     "tests/test_data.py::test_sigkill_at_chosen_writes_never_loses_a_completed_episode": 26,
 }
 # what robot_rl names its temporary folders: robot-rl-launch-*, robot-rl-faults-*, bench-*, robot_rl-layers-*
