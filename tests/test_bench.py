@@ -207,12 +207,19 @@ def test_classifier_bench_takes_the_median_over_seeds_and_ranks_never_last():
     assert _median_steps([4000, None]) is None
 
 
-def test_ros_bench_quick_gives_every_figure(own_domain, tmp_path_factory):
+def test_ros_bench_quick_gives_every_figure(own_domain, tmp_path_factory, monkeypatch):
     pytest.importorskip("rclpy")
+    from robot_rl.bench import franka as franka_bench
     from robot_rl.bench import ros as ros_bench
 
-    with franky_sim_lock(tmp_path_factory):  # its franka figures start a franky-sim server
-        figures = ros_bench.run(quick=True, log=lambda msg: None)
+    franka_figures = franka_bench.run
+
+    def franka_in_turn(*args, **kwargs):  # its franka figures start a franky-sim server: the lock for that part only
+        with franky_sim_lock(tmp_path_factory):
+            return franka_figures(*args, **kwargs)
+
+    monkeypatch.setattr(franka_bench, "run", franka_in_turn)
+    figures = ros_bench.run(quick=True, log=lambda msg: None)
     for kind in ("state", "pixels"):
         for name in ("frame_to_command_latency_ms_p50", "frame_to_command_latency_ms_p99", "loop_jitter_ms_p99",
                      "transitions_per_s", "weight_push_latency_ms"):

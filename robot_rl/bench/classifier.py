@@ -36,10 +36,11 @@ import numpy as np
 
 FULL = dict(image_size=64, successes=20, failures=20, hold_success=30, hold_failure=20, classifier_steps=4000,
             env_steps=20_000, eval_every=1000, eval_episodes=50, heldout_expert=30, heldout_agent=20,
-            pretrain=1000, warmup=1000, checkpoint_every=2000, seeds=3)
+            pretrain=1000, warmup=1000, checkpoint_every=2000, seeds=3, batch_size=256)
+# quick: toy size, each update on 32 transitions; env_steps > the 100-step time limit: an episode ends
 QUICK = dict(image_size=32, successes=2, failures=2, hold_success=3, hold_failure=2, classifier_steps=20,
              env_steps=120, eval_every=60, eval_episodes=2, heldout_expert=2, heldout_agent=1,
-             pretrain=20, warmup=10, checkpoint_every=60, seeds=2)  # env_steps > the 100-step time limit: an episode ends
+             pretrain=20, warmup=10, checkpoint_every=60, seeds=2, batch_size=32)
 HOLD_MOTION, HOLD_RISE = 0.4, 0.3  # the arm wanders and rises after a take: see record_rollouts
 HOLD_RELEASE = 0.5  # share of successful takes whose hold lets go of the cube
 CONSECUTIVE = 2  # positive frames in a row for the reward: a frame just below the line alone never pays
@@ -115,7 +116,8 @@ def run(quick: bool = False, log=print, device: str = "auto") -> dict:
         common = dict(task="PickCube", obs="state", demo_store=str(demos), env_steps=p["env_steps"],
                       eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                       final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
-                      critic_warmup_steps=p["warmup"], checkpoint_every=p["checkpoint_every"], device=device)
+                      critic_warmup_steps=p["warmup"], checkpoint_every=p["checkpoint_every"], device=device,
+                      batch_size=p["batch_size"])
         seeds = list(range(p["seeds"]))
         log(f"training the classifier and, seeds {seeds}, PickCube with ground-truth reward and then with the "
             "classifier's reward, two at a time")

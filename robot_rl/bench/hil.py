@@ -50,9 +50,10 @@ REWARDS = ("ground_truth", "classifier")  # the sim's success, or the learned cl
 # budget just past the task's 100-step time limit, so that an episode ends
 FULL = dict(seeds=3, env_steps=20_000, eval_every=1000, eval_episodes=20, pretrain=1000, warmup=1000,
             console_inputs=300, pixel_demos=20, classifier_episodes=20, classifier_steps=4000,
-            encoder_steps=1000, probe_steps=500)
+            encoder_steps=1000, probe_steps=500, batch_size=256)
+# quick: the same runs at toy size, each update on 32 transitions (its figures are there, not meaningful)
 QUICK = dict(seeds=1, env_steps=120, eval_every=120, eval_episodes=2, pretrain=20, warmup=10, console_inputs=30,
-             pixel_demos=4, classifier_episodes=3, classifier_steps=30, encoder_steps=10, probe_steps=10)
+             pixel_demos=4, classifier_episodes=3, classifier_steps=30, encoder_steps=10, probe_steps=10, batch_size=32)
 
 
 def console_latency(inputs: int, log=print) -> dict:
@@ -144,7 +145,7 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
     common = dict(task=TASK, obs="pixels", demo_store=data["demo_store"], frozen_encoder=data["frozen_encoder"],
                   env_steps=p["env_steps"], eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                   final_eval_episodes=p["eval_episodes"], stop_at_success=0.9, pretrain_steps=p["pretrain"],
-                  critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"],
+                  critic_warmup_steps=p["warmup"], checkpoint_every=p["env_steps"], batch_size=p["batch_size"],
                   agent=AgentSettings(**HUMAN_IN_THE_LOOP_EXPLORATION))  # the main job's exploration, in both runs
     runs = {}
     for seed in range(p["seeds"]):
