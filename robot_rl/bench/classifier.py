@@ -34,9 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.config import TrainConfig
+
 FULL = dict(image_size=64, successes=20, failures=20, hold_success=30, hold_failure=20, classifier_steps=4000,
             env_steps=20_000, eval_every=1000, eval_episodes=50, heldout_expert=30, heldout_agent=20,
-            pretrain=1000, warmup=1000, checkpoint_every=2000, seeds=3, batch_size=256)
+            pretrain=1000, warmup=1000, checkpoint_every=2000, seeds=3, batch_size=TrainConfig.batch_size)
 # quick: toy size, each update on 32 transitions; env_steps > the 100-step time limit: an episode ends
 QUICK = dict(image_size=32, successes=2, failures=2, hold_success=3, hold_failure=2, classifier_steps=20,
              env_steps=120, eval_every=60, eval_episodes=2, heldout_expert=2, heldout_agent=1,
@@ -56,7 +58,7 @@ def _record(out: Path, **kw) -> dict:
 
 def _train_policy(name: str, run_dir: str, kw: dict) -> dict:
     """One training run (in a worker process)."""
-    from robot_rl.commands.train import TrainConfig, train
+    from robot_rl.commands.train import train
 
     log = lambda m: print(f"[{name}] {m}", flush=True)  # noqa: E731
     t0 = time.time()

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl import bench
+from robot_rl.config import TrainConfig
 
 EAGERNESS = 0.5
 TASK = "PegInsertHard"  # a task where imitation alone gets at most half (docs/CALIBRATION.md): the human has work
@@ -50,7 +51,7 @@ REWARDS = ("ground_truth", "classifier")  # the sim's success, or the learned cl
 # budget just past the task's 100-step time limit, so that an episode ends
 FULL = dict(seeds=3, env_steps=20_000, eval_every=1000, eval_episodes=20, pretrain=1000, warmup=1000,
             console_inputs=300, pixel_demos=20, classifier_episodes=20, classifier_steps=4000,
-            encoder_steps=1000, probe_steps=500, batch_size=256)
+            encoder_steps=1000, probe_steps=500, batch_size=TrainConfig.batch_size)
 # quick: the same runs at toy size, each update on 32 transitions (its figures are there, not meaningful)
 QUICK = dict(seeds=1, env_steps=120, eval_every=120, eval_episodes=2, pretrain=20, warmup=10, console_inputs=30,
              pixel_demos=4, classifier_episodes=3, classifier_steps=30, encoder_steps=10, probe_steps=10, batch_size=32)
