@@ -539,10 +539,12 @@ def test_a_frozen_pixel_run_evaluates_without_its_encoder_folder_and_resumes_onl
 PIXEL_STEPS = 1500
 PIXEL_EPISODES = 40  # each evaluation's
 PIXEL_SEED = 1
+PIXEL_ENCODER_STEPS = 250  # the backbone's behaviour-cloning pretraining (500 before 2026-11-30: 75 s more)
 # measured on the 2-core AMD EPYC (one seed gives one run on one kind of CPU; another CPU's kernels
-# round differently, like another seed), over 40 episodes: seed 1's clone 0.50 -> 0.775 after 1,500
-# steps with the simulated human, seed 0's 0.90 -> 0.85; 3,000 steps over 20 episodes (earlier): the
-# Xeon 0.85 -> 0.95, the EPYC 0.95 -> 0.85. Without the human a strong clone falls into an early dip
+# round differently, like another seed), over 40 episodes after 1,500 steps with the simulated human:
+# the backbone pretrained 250 steps, seeds 0-3: 0.825 -> 0.975, 0.55 -> 0.90, 0.65 -> 0.875, 0.875 -> 0.90; 500 steps:
+# seed 1 0.50 -> 0.775, seed 0 0.90 -> 0.85; 3,000 steps over 20 episodes (earlier): the Xeon
+# 0.85 -> 0.95, the EPYC 0.95 -> 0.85. Without the human a strong clone falls into an early dip
 # (a clone of 100 BC steps 0.85 -> 0.50 at 3,000 steps, of 50 steps 0.65 -> 0.20), see docs/CALIBRATION.md
 PIXEL_LIFT = 0.10  # a weak clone is lifted by at least this (4 episodes of 40) ...
 PIXEL_KEEP = 0.75  # ... and a strong one kept at least this high: the final policy >= min(clone + LIFT, KEEP)
@@ -568,8 +570,8 @@ def test_pixels_through_a_frozen_encoder_learn_past_a_weak_clone_and_keep_a_stro
     demos = record_rollouts(tmp_path / "demos.zarr", "PickCube", 20, noise=0.1, seed=10_000, images=True,
                             image_size=(64, 64), cameras=CAMS, keep="successes")
     assert demos["successes"] == 20
-    report = pretrain_encoder([demos["path"]], tmp_path / "encoder", cameras=CAMS, objectives=("bc",), steps=500, probe_steps=20,
-                              log=lambda m: None)
+    report = pretrain_encoder([demos["path"]], tmp_path / "encoder", cameras=CAMS, objectives=("bc",),
+                              steps=PIXEL_ENCODER_STEPS, probe_steps=20, log=lambda m: None)
     assert report["chosen"] == "bc" and report["feature_shape"] == [5, 5, 32]
     summary = train(TrainConfig(task="PickCube", obs="pixels", demo_store=str(demos["path"]),
                                 frozen_encoder=str(tmp_path / "encoder"), env_steps=PIXEL_STEPS, seed=PIXEL_SEED,
