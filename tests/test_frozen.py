@@ -542,9 +542,9 @@ PIXEL_SEED = 1
 PIXEL_ENCODER_STEPS = 250  # the backbone's behaviour-cloning pretraining (500 before 2026-11-30: 75 s more)
 # measured on the 2-core AMD EPYC (one seed gives one run on one kind of CPU; another CPU's kernels
 # round differently, like another seed), over 40 episodes after 1,500 steps with the simulated human:
-# the backbone pretrained 250 steps, seeds 0-3: 0.825 -> 0.975, 0.55 -> 0.90, 0.65 -> 0.875, 0.875 -> 0.90; 500 steps:
-# seed 1 0.50 -> 0.775, seed 0 0.90 -> 0.85; 3,000 steps over 20 episodes (earlier): the Xeon
-# 0.85 -> 0.95, the EPYC 0.95 -> 0.85. Without the human a strong clone falls into an early dip
+# the backbone pretrained 250 steps, seeds 0-3: 0.825 -> 0.975, 0.55 -> 0.90, 0.65 -> 0.875,
+# 0.875 -> 0.90; 500 steps: seed 1 0.50 -> 0.775, seed 0 0.90 -> 0.85; 3,000 steps over 20 episodes
+# (earlier): the Xeon 0.85 -> 0.95, the EPYC 0.95 -> 0.85. Without the human a strong clone falls into an early dip
 # (a clone of 100 BC steps 0.85 -> 0.50 at 3,000 steps, of 50 steps 0.65 -> 0.20), see docs/CALIBRATION.md
 PIXEL_LIFT = 0.10  # a weak clone is lifted by at least this (4 episodes of 40) ...
 PIXEL_KEEP = 0.75  # ... and a strong one kept at least this high: the final policy >= min(clone + LIFT, KEEP)
