@@ -299,7 +299,9 @@ def each_on_a_copy(source: Path, damages: dict, detects, work: Path, suffix: str
         log(f"{name}: {'detected' if results[name] else 'MISSED'}: {message}")
 
 
-def corruptions(work: Path, rng: random.Random, log, quick: bool = False) -> dict:
+def corruptions(work: Path, rng: random.Random, log, quick: bool = False, good_run: Path | None = None) -> dict:
+    """``good_run``: a finished training run whose checkpoints the damages copy (the train loop's,
+    resumed to its end); None: a small one is trained here."""
     from robot_rl.runtime.checkpoint import latest_checkpoint
 
     good_store = work / "corrupt-source.zarr"
@@ -316,10 +318,11 @@ def corruptions(work: Path, rng: random.Random, log, quick: bool = False) -> dic
     results["store_older_index_over_newer_data"], message, lost = older_index_over_newer_data(copy)
     log(f"store_older_index_over_newer_data: {'held' if lost == 0 else 'LOST EPISODES'}: {message}")
 
-    good_run = work / "corrupt-train"
-    child = Child(CLI + train_args(good_run, 400, 200))
-    if child.finish(1200) != 0:
-        raise RuntimeError(f"the small training run failed:\n{child.output()[-2000:]}")
+    if good_run is None:
+        good_run = work / "corrupt-train"
+        child = Child(CLI + train_args(good_run, 400, 200))
+        if child.finish(1200) != 0:
+            raise RuntimeError(f"the small training run failed:\n{child.output()[-2000:]}")
     each_on_a_copy(good_run, checkpoint_damage(good_run, rng), checkpoint_detects, work, "", results, log)
 
     copy = work / "store_disk_full.zarr"

@@ -20,7 +20,8 @@ neighbours, an emptied index chunk), a deleted image shard, garbled image and nu
 a garbled array ``zarr.json``, an image shard copied over another's place, a store attribute of
 the wrong type, one camera's shard swapped with another's (read by a reader of that camera
 alone), an older ``meta/`` copied over newer data; a checkpoint's weights overwritten, a NaN in
-its weights, a truncated replay file, a save cut short (a leftover ``.tmp`` folder); a full disk
+its weights, a truncated replay file, a save cut short (a leftover ``.tmp`` folder), each on a copy
+of a ``train`` run the kill loop resumed to its end; a full disk
 (ENOSPC injected) during an append and during a checkpoint save; an env that hangs in a worker
 (``--env-timeout-s``) and Ctrl-C to a worker run's process group. Each counts as detected when
 it gives an error naming the damaged file (or, for a cut-short save, is passed over for the
@@ -218,7 +219,9 @@ def merge_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log)
 
 # --------------------------------------------------------------------------- train
 def train_args(run: Path, steps: int, every: int) -> list[str]:
+    # what is measured is what a kill costs, not what the run learns: a short warm-up (1,000 each by default)
     return ["train", "--task", "PickCube", "--obs", "state", "--demos", "3", "--steps", str(steps),
+            "--pretrain-steps", "100", "--critic-warmup-steps", "100",
             "--utd", "0.25", "--eval-every", str(steps), "--eval-episodes", "2", "--final-eval-episodes", "2",
             "--checkpoint-every", str(every), "--learner", "inline", "--run-dir", str(run), "--seed", "0"]
 
@@ -257,6 +260,17 @@ def train_loop(work: Path, n_kills: int, steps: int, every: int, rng: random.Ran
     return {"train_kills": n_kills, "train_resumes_ok": resumes_ok, "train_env_steps_lost": lost,
             "env_steps_lost_per_crash_median": float(np.median(lost)) if lost else 0.0,
             "env_steps_lost_per_crash_max": int(max(lost, default=0))}
+
+
+def finished_run(work: Path, steps: int) -> Path | None:
+    """A run of the train loop that its resume took to the end (its newest checkpoint at ``steps``)."""
+    from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
+
+    for run in sorted(work.glob("train-*")):
+        ckpt = latest_checkpoint(run, log=lambda msg: None)
+        if ckpt is not None and read_state(ckpt)["env_steps"] == steps:
+            return run
+    return None
 
 
 # --------------------------------------------------------------------------- an env in a worker
@@ -419,7 +433,8 @@ def run(quick: bool = False, log=print) -> dict:
         log("faults 5/5: injected corruptions")
         from robot_rl.bench.corruptions import corruptions  # which imports this module's process helpers
 
-        figures.update(corruptions(work, rng, log, quick))
+        # the checkpoints damaged are a resumed run's from step 3 (one trained for them if none finished)
+        figures.update(corruptions(work, rng, log, quick, good_run=finished_run(work, cfg["train_steps"])))
     kills = figures["record_kills"] + figures["merge_kills"] + figures["train_kills"] + figures["learner_restarts"]
     summary = {
         "kills": kills,
