@@ -6,8 +6,7 @@
 # Both run on ROBOT_RL_TEST_WORKERS pytest-xdist worker processes (default 2, for CI's 2 cores:
 # many tests wait on real-time ROS 2 stacks, subprocesses and sockets, so two workers keep both
 # cores busy; 0: one process, serially), one test at a time to whichever worker is free, the
-# longest first (LONGEST_FIRST in tests/conftest.py), a franky-sim module's tests to one worker
-# (ONE_WORKER_MODULES); each worker has its own temporary folder,
+# longest first (LONGEST_FIRST in tests/conftest.py); each worker has its own temporary folder,
 # ROS 2 domain and, with two or more, one OpenMP thread (tests/conftest.py).
 # Progress: the stages announce themselves, set-up prints a line at least every 20 s, and the
 # test run a line every 20 s (tests done, failures, the tests running and for how long) besides

@@ -135,23 +135,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.line(f"the test run left files behind:\n  {config.stash[REPO_PROBLEM]}", red=True)
 
 
-# Modules whose tests all go to one xdist worker (the first to take one of them): test_franka.py's
-# tests share a module-scoped franky-sim server under franky_sim_lock, so two workers each in it
-# would leave one waiting on the lock for the other's whole module (71 s on the EPYC, 2026-11-30).
-ONE_WORKER_MODULES = ("tests/test_franka.py",)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist load`` with ONE_WORKER_MODULES kept to one worker each (tests/helpers/scheduling.py);
-    other modes as xdist has them."""
-    if config.getoption("dist") != "load":
-        return None
-    from tests.helpers.scheduling import OneWorkerModules
-
-    return OneWorkerModules(config, log, modules=ONE_WORKER_MODULES)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def files_stay_in_pytests_temporary_folder(tmp_path_factory, request):
     """The whole run's temporary files go to one folder under pytest's basetemp (each pytest-xdist

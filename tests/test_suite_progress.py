@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -124,63 +123,3 @@ def test_the_longest_tests_run_first_and_each_named_exists(request):
     names = [item.nodeid.split("[", 1)[0] for item in request.session.items]
     longest = [name for name in names if name in conftest.LONGEST_FIRST]
     assert names[:len(longest)] == sorted(longest, key=lambda name: -conftest.LONGEST_FIRST[name])
-
-
-class FakeWorker:
-    """What the scheduler sees of an xdist worker: the tests sent to it, and whether it was sent home."""
-
-    def __init__(self, name: str):
-        self.name, self.queue, self.ran, self.shutting_down = name, [], [], False
-        self.gateway = SimpleNamespace(id=name)
-
-    def send_runtest_some(self, indices: list[int]) -> None:
-        self.queue.extend(indices)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
-
-    def can_run(self) -> bool:  # an xdist worker runs a test once it knows the next one, or is sent home
-        return len(self.queue) >= 2 or (self.shutting_down and bool(self.queue))
-
-
-class FakeConfig:
-    def getoption(self, name: str):
-        return {"dist": "load", "maxschedchunk": 1, "tx": ["2*popen"]}[name]
-
-    getvalue = getoption
-
-
-def test_a_one_worker_modules_tests_all_go_to_one_worker_while_the_other_takes_the_rest(request):
-    """tests/helpers/scheduling.py, as scripts/test.sh runs it (2 workers, one test at a time): the
-    franky-sim module's tests, though collected one after another, all go to the worker that took
-    the first of them, the other worker goes on with the rest, every test runs once and both
-    workers are sent home at the end."""
-    from tests.helpers.scheduling import OneWorkerModules
-
-    conftest = request.config.pluginmanager.get_plugin(str(ROOT / "tests" / "conftest.py"))
-    assert conftest.ONE_WORKER_MODULES == ("tests/test_franka.py",)
-    for module in conftest.ONE_WORKER_MODULES:
-        assert (ROOT / module).is_file(), f"{module}: no such module (tests/conftest.py names it)"
-    pinned = "tests/test_franka.py"
-    collection = ([f"tests/test_a.py::test_{i}" for i in range(6)] + [f"{pinned}::test_{i}" for i in range(8)]
-                  + [f"tests/test_b.py::test_{i}" for i in range(10)])
-    scheduler = OneWorkerModules(FakeConfig(), modules=(pinned,))
-    workers = [FakeWorker("gw0"), FakeWorker("gw1")]
-    for worker in workers:
-        scheduler.add_node(worker)
-        scheduler.add_node_collection(worker, collection)
-    scheduler.schedule()
-    for turn in range(1000):  # the workers take turns finishing a test (each a bounded loop, never a wait)
-        worker = workers[turn % 2] if workers[turn % 2].can_run() else workers[(turn + 1) % 2]
-        if not worker.can_run():
-            break
-        index = worker.queue.pop(0)
-        worker.ran.append(index)
-        scheduler.mark_test_complete(worker, index)
-    ran = [collection[i] for worker in workers for i in worker.ran]
-    assert sorted(ran) == sorted(collection)  # each test once
-    on = {worker.name: {collection[i].split("::")[0] for i in worker.ran} for worker in workers}
-    assert [name for name, modules in on.items() if pinned in modules] in (["gw0"], ["gw1"]), on
-    assert all(len(worker.ran) >= 6 for worker in workers), on  # the other worker did not wait out the module
-    assert all(worker.shutting_down and not worker.queue for worker in workers)
-    assert scheduler.tests_finished
