@@ -433,7 +433,7 @@ def run(quick: bool = False, log=print) -> dict:
         log("faults 5/5: injected corruptions")
         from robot_rl.bench.corruptions import corruptions  # which imports this module's process helpers
 
-        # the checkpoints damaged are those of a run that the train loop (3/5) resumed to its end (one trained for them if none did)
+        # the checkpoints damaged: a run the train loop (3/5) resumed to its end (one trained here if none did)
         figures.update(corruptions(work, rng, log, quick, good_run=finished_run(work, cfg["train_steps"])))
     kills = figures["record_kills"] + figures["merge_kills"] + figures["train_kills"] + figures["learner_restarts"]
     summary = {
