@@ -219,7 +219,7 @@ def merge_loop(work: Path, n_kills: int, episodes: int, rng: random.Random, log)
 
 # --------------------------------------------------------------------------- train
 def train_args(run: Path, steps: int, every: int) -> list[str]:
-    # what is measured is what a kill costs, not what the run learns: a short warm-up (1,000 each by default)
+    # what is measured is what a kill costs, not what the run learns: a warm-up far shorter than the default
     return ["train", "--task", "PickCube", "--obs", "state", "--demos", "3", "--steps", str(steps),
             "--pretrain-steps", "100", "--critic-warmup-steps", "100",
             "--utd", "0.25", "--eval-every", str(steps), "--eval-episodes", "2", "--final-eval-episodes", "2",
