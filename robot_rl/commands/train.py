@@ -233,6 +233,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     torch.set_num_threads(1)
     cell, eval_env = make_run_envs(cfg)
     human = make_human(cfg, cell)  # before any work: a human that cannot judge is one line now
+    goal = goal_layout(cfg, cell)  # likewise a map without a goal under --goal-relabel
     env = FlatObservation(cell, cfg.obs, cfg.cameras)  # what the policy sees; the (simulated) human sees the cell
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
@@ -243,7 +244,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     policy = SACAgent(acting_config(agent_cfg))
     policy.seed_acting(cfg.seed)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
-    learner = LearnerClient.start(LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from), policy,
+    learner = LearnerClient.start(LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from, goal), policy,
                                   on_error=learner_error)
 
     def checkpoint(step: int) -> None:
@@ -389,6 +390,18 @@ def make_run_envs(cfg: TrainConfig):
     except BaseException:
         cell.close()
         raise
+
+
+def goal_layout(cfg: TrainConfig, cell):
+    """Where the goal lies in the state (the env map's ``goal:``) under ``--goal-relabel``, else None."""
+    if cfg.goal_relabel <= 0:
+        return None
+    env_map = getattr(cell.unwrapped, "map", None)
+    if getattr(env_map, "goal", None) is None:
+        source = getattr(env_map, "source", "the default map")
+        raise InputError(f"--goal-relabel {cfg.goal_relabel:g}: the env map ({source}) declares no goal: (where the "
+                         "goal and the achieved goal lie in the state, and the reward at success; docs/your-env.md)")
+    return env_map.goal
 
 
 def training_recorder(cfg: TrainConfig, cell, run_dir: Path):

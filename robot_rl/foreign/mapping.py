@@ -26,6 +26,11 @@ A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optiona
     end_on_success: true     # end the episode (terminated) at the step success is first seen, as HIL-SERL does,
                              # for an env that runs on to its time limit after success (default false: the
                              # env's own ends; under --reward-classifier the classifier's success ends it instead)
+    goal:                    # a goal-conditioned env, for hindsight relabelling (robot-rl train --goal-relabel)
+      desired: desired_goal          # a state ref holding the goal
+      achieved: "observation[7:10]"  # what must reach it, within the state (a state ref or part of one)
+      within: 0.05                   # success: the two closer than this (Euclidean)
+      reward: {success: 0.0, failure: -1.0}   # the env's reward at a success step and at any other
 
 Nested Dict observations are named ``outer/inner``; a Box observation is ``obs``. Without a map,
 the state is every non-image Box key, the cameras every H x W x 3 uint8 key, and every action
@@ -41,10 +46,12 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.errors import InputError, MissingFileError
+from robot_rl.replay.relabel import GoalLayout
 
 SUCCESS_KEYS = ("is_success", "success", "succeed")
 MAP_KEYS = ("kwargs", "setup", "state", "differences", "cameras", "action", "gripper", "success", "success_reward",
-            "end_on_success")
+            "end_on_success", "goal")
+GOAL_KEYS = ("desired", "achieved", "within", "reward")
 
 
 class EnvMapError(InputError):
@@ -75,6 +82,7 @@ class EnvMap:
     success: str | None = None
     success_reward: float | None = None
     end_on_success: bool = False
+    goal: dict | None = None  # {desired, achieved, within, reward: {success, failure}}
 
     def resolve(self, obs_space: dict, action_space: dict, env_id: str) -> "ResolvedMap":
         """Checked against the env's spaces (``worker.describe_space`` descriptions)."""
@@ -148,7 +156,9 @@ class EnvMap:
                            low=low, high=high, gripper=gripper, success=self.success,
                            success_reward=self.success_reward, end_on_success=self.end_on_success,
                            state_sizes=[sizes[k] for k in state] + [sizes[a] for a, _ in self.differences],
-                           camera_shapes={n: tuple(leaves[k]["shape"]) for n, k in cameras.items()})
+                           camera_shapes={n: tuple(leaves[k]["shape"]) for n, k in cameras.items()},
+                           goal=None if self.goal is None else _goal_layout(self.goal, list(state), self.differences,
+                                                                            sizes, where))
 
 
 @dataclass
@@ -171,6 +181,7 @@ class ResolvedMap:
     state_sizes: list[int]
     camera_shapes: dict[str, tuple]
     end_on_success: bool = False  # the episode ends (terminated) at the step ``success_of`` says success
+    goal: GoalLayout | None = None  # where the goal lies in the state (hindsight relabelling), if declared
 
     @property
     def action_dim(self) -> int:
@@ -277,6 +288,57 @@ def _known(key: str, leaves: dict, where: str, what: str) -> None:
         raise EnvMapError(f"{where}: {what} key {key!r} is not in the observation (its keys: {', '.join(leaves)})")
 
 
+def _goal_layout(goal: dict, state: list[str], differences, sizes: dict, where: str) -> GoalLayout:
+    """The map's ``goal`` as state indices: ``desired`` one of the state refs, ``achieved`` a state
+    ref or a part of one, each difference with the goal on one side recomputed from the goal."""
+    offsets, at = {}, 0
+    for ref in state:
+        offsets[ref], at = at, at + sizes[ref]
+    diff_offsets = []
+    for first, _ in differences:
+        diff_offsets.append(at)
+        at += sizes[first]
+
+    def indices(ref: str, what: str) -> tuple[int, ...]:
+        if ref in offsets:
+            return tuple(range(offsets[ref], offsets[ref] + sizes[ref]))
+        key, part = parse_ref(ref, where)
+        if key in offsets and key in sizes:
+            return tuple(offsets[key] + i for i in range(sizes[key])[part])
+        raise EnvMapError(f"{where}: goal.{what} {ref!r} is not in the state (its refs: {', '.join(state)})")
+
+    desired_ref, achieved_ref = str(goal["desired"]), str(goal["achieved"])
+    if desired_ref not in offsets:
+        raise EnvMapError(f"{where}: goal.desired {desired_ref!r} must be one of the state refs ({', '.join(state)})")
+    desired, achieved = indices(desired_ref, "desired"), indices(achieved_ref, "achieved")
+    if len(desired) != len(achieved):
+        raise EnvMapError(f"{where}: goal.desired {desired_ref!r} has {len(desired)} numbers, goal.achieved "
+                          f"{achieved_ref!r} {len(achieved)}")
+    relative = []
+    for (first, second), start in zip(differences, diff_offsets):
+        if desired_ref in (first, second):
+            other = second if first == desired_ref else first
+            relative.append((tuple(range(start, start + sizes[first])), indices(other, "difference"),
+                             1 if first == desired_ref else -1))
+    return GoalLayout(desired=desired, achieved=achieved, relative=tuple(relative), within=float(goal["within"]),
+                      reward_success=float(goal["reward"]["success"]), reward_failure=float(goal["reward"]["failure"]))
+
+
+def _read_goal(goal, path) -> dict | None:
+    if goal is None:
+        return None
+    reward = goal.get("reward") if isinstance(goal, dict) else None
+    if (not isinstance(goal, dict) or set(goal) != set(GOAL_KEYS) or not isinstance(reward, dict)
+            or set(reward) != {"success", "failure"}):
+        raise EnvMapError(f"env map {path}: goal is {{desired, achieved, within, reward: {{success, failure}}}}, "
+                          f"got {goal!r}")
+    within = float(goal["within"])
+    if not (np.isfinite(within) and within > 0):
+        raise EnvMapError(f"env map {path}: goal.within is a distance > 0, got {goal['within']!r}")
+    return {"desired": str(goal["desired"]), "achieved": str(goal["achieved"]), "within": within,
+            "reward": {"success": float(reward["success"]), "failure": float(reward["failure"])}}
+
+
 def _check_open_state(spec, leaves: dict, where: str) -> None:
     if not isinstance(spec, dict) or "key" not in spec or ("below" in spec) == ("above" in spec):
         raise EnvMapError(f"{where}: gripper.open_state is {{key, index, below or above}}, got {spec!r}")
@@ -334,7 +396,7 @@ def read_env_map(path: str | Path | None) -> EnvMap:
                       scale=action.get("scale"), fixed={int(k): float(v) for k, v in (action.get("fixed") or {}).items()},
                       gripper=gripper, success=data.get("success"),
                       success_reward=None if data.get("success_reward") is None else float(data["success_reward"]),
-                      end_on_success=end_on_success)
+                      end_on_success=end_on_success, goal=_read_goal(data.get("goal"), path))
     except EnvMapError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:

@@ -28,6 +28,7 @@ import torch
 
 from robot_rl.contract import Transition
 from robot_rl.errors import InputError
+from robot_rl.replay.relabel import GoalLayout, relabel
 
 _FORMAT_VERSION = 1
 _SCALARS = ("reward", "terminated", "truncated", "is_intervention", "valid")
@@ -88,6 +89,15 @@ class ReplayBuffer:
         self._cursor = 0  # slot of the current obs (episode open) or the next fresh slot
         self._episode_open = False
         self._slots_written = 0
+        self._goal: GoalLayout | None = None  # where the goal lies in the state (``set_goal_layout``)
+
+    def set_goal_layout(self, layout: GoalLayout | None) -> None:
+        """Where the goal lies in the stored state, for hindsight goals (``sample``'s ``hindsight``).
+        A setting of the run, not of the stored data: not saved with the buffer."""
+        if layout is not None and layout.key not in self.obs_spec:
+            raise InputError(f"goal relabelling reads observation key {layout.key!r}, which this buffer lacks "
+                             f"(its keys: {sorted(self.obs_spec)})")
+        self._goal = layout
 
     # ----------------------------------------------------------------- adding
     def _check_obs(self, obs: dict, name: str) -> None:
@@ -170,10 +180,13 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return int(np.count_nonzero(self._valid))
 
-    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97, out: dict | None = None) -> dict:
+    def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97, out: dict | None = None,
+               hindsight: float = 0.0) -> dict:
         """Uniformly sample ``batch_size`` transitions with n-step returns (stopping at episode ends).
         With ``out`` (arrays shaped like a batch, e.g. ``BatchStaging`` rows) the batch is written
-        into it and ``out`` is returned; otherwise new arrays."""
+        into it and ``out`` is returned; otherwise new arrays. ``hindsight`` > 0: that share of the
+        transitions get a goal their episode reached later (HER's "future" strategy,
+        ``replay/relabel.py``; needs ``set_goal_layout``), their reward and end recomputed for it."""
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
         if n_step < 1:
@@ -197,8 +210,12 @@ class ReplayBuffer:
             alive = take & ~(self._terminated[cand] | self._truncated[cand])
         next_slot = (last + 1) % self.capacity
         bootstrap = np.where(terminal, 0.0, float(discount) ** steps).astype(np.float32)
+        hindsight = self._hindsight(idx, n_step, discount, hindsight) if hindsight > 0 else None
+        if hindsight is not None:
+            rows, _, _, new_reward, new_bootstrap = hindsight
+            reward[rows], bootstrap[rows] = new_reward, new_bootstrap
         if out is None:
-            return {
+            out = {
                 "obs": {k: v[idx] for k, v in self._obs.items()},
                 "action": self._action[idx],
                 "reward": reward,
@@ -206,14 +223,47 @@ class ReplayBuffer:
                 "bootstrap": bootstrap,
                 "is_intervention": self._is_intervention[idx],
             }
-        for k, v in self._obs.items():  # gathered straight into the caller's arrays: no temporaries
-            np.take(v, idx, axis=0, out=out["obs"][k])
-            np.take(v, next_slot, axis=0, out=out["next_obs"][k])
-        np.take(self._action, idx, axis=0, out=out["action"])
-        np.take(self._is_intervention, idx, out=out["is_intervention"])
-        out["reward"][:] = reward
-        out["bootstrap"][:] = bootstrap
+        else:
+            for k, v in self._obs.items():  # gathered straight into the caller's arrays: no temporaries
+                np.take(v, idx, axis=0, out=out["obs"][k])
+                np.take(v, next_slot, axis=0, out=out["next_obs"][k])
+            np.take(self._action, idx, axis=0, out=out["action"])
+            np.take(self._is_intervention, idx, out=out["is_intervention"])
+            out["reward"][:] = reward
+            out["bootstrap"][:] = bootstrap
+        if hindsight is not None:
+            rows, state, next_state, _, _ = hindsight
+            out["obs"][self._goal.key][rows] = state
+            out["next_obs"][self._goal.key][rows] = next_state
         return out
+
+    def _hindsight(self, idx: np.ndarray, n_step: int, discount: float, fraction: float):
+        """For a ``fraction`` of the sampled transitions ``idx``: ``(rows, state,
+        next_state, reward, bootstrap)`` with the goal of a later step of the same episode (the
+        achieved goal after a transition drawn uniformly from this one to the episode's last)."""
+        if self._goal is None:
+            raise InputError("goal relabelling needs a goal layout (an env map's goal:), and this buffer has none")
+        if n_step != 1:
+            raise InputError(f"goal relabelling works on one-step transitions, got n_step {n_step}")
+        rows = np.flatnonzero(self._rng.random(idx.size) < fraction)
+        if rows.size == 0:
+            return None
+        start = idx[rows]
+        done = self._terminated | self._truncated
+        remaining = np.ones(rows.size, np.int64)  # transitions from this one to the episode's last (so far)
+        cur, alive = start.copy(), ~done[start]
+        while alive.any():
+            cand = (cur + 1) % self.capacity
+            take = alive & self._valid[cand]
+            remaining += take
+            cur = np.where(take, cand, cur)
+            alive = take & ~done[cand]
+        future = (start + (self._rng.random(rows.size) * remaining).astype(np.int64)) % self.capacity
+        states = self._obs[self._goal.key]
+        goal = self._goal.achieved_of(states[(future + 1) % self.capacity])
+        state, next_state, reward, success = relabel(self._goal, states[start], states[(start + 1) % self.capacity],
+                                                     goal)
+        return rows, state, next_state, reward, np.where(success, 0.0, float(discount)).astype(np.float32)
 
     # -------------------------------------------------------------- accounting
     def _arrays(self) -> dict[str, np.ndarray]:
@@ -348,6 +398,7 @@ class MixedReplay:
         self.takeover_penalty = takeover_penalty
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
+        self.goal_relabel = 0.0  # share of each batch with hindsight goals (``set_goal_relabel``)
         self._last_next = None  # the last next_obs encoded: a continuing episode's obs, encoded once
 
     @property
@@ -380,6 +431,17 @@ class MixedReplay:
         else:
             self.demo.close_episode()
 
+    def set_goal_relabel(self, layout: GoalLayout | None, fraction: float) -> None:
+        """``fraction`` of each batch's rows from either buffer with hindsight goals
+        (``ReplayBuffer.sample``'s ``hindsight``); 0: none, the layout may then be None."""
+        if not (np.isfinite(fraction) and 0.0 <= fraction <= 1.0):
+            raise InputError(f"goal_relabel must be a share within [0, 1], got {fraction}")
+        if fraction > 0 and layout is None:
+            raise InputError("goal relabelling needs a goal layout (an env map's goal:)")
+        for buf in (self.online, self.demo):
+            buf.set_goal_layout(layout)
+        self.goal_relabel = float(fraction)
+
     def close_episodes(self) -> None:
         """Close the episode open in either buffer (e.g. on resume: the env starts afresh)."""
         self.online.close_episode()
@@ -409,10 +471,11 @@ class MixedReplay:
             tensors = staging.next_slot()
             for buf, start, stop in ((self.demo, 0, n_demo), (self.online, n_demo, batch_size)):
                 if stop > start:
-                    buf.sample(stop - start, n_step, discount, out=_rows(tensors, start, stop))
+                    buf.sample(stop - start, n_step, discount, out=_rows(tensors, start, stop),
+                               hindsight=self.goal_relabel)
             tensors["is_demo"].copy_(torch.arange(batch_size) < n_demo)
             return tensors
-        parts = [(buf.sample(n, n_step, discount), n) for buf, n in
+        parts = [(buf.sample(n, n_step, discount, hindsight=self.goal_relabel), n) for buf, n in
                  ((self.demo, n_demo), (self.online, batch_size - n_demo)) if n > 0]
         batch = {
             key: ({k: np.concatenate([p[key][k] for p, _ in parts]) for k in parts[0][0][key]}
