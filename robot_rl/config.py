@@ -297,6 +297,9 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
         if self.goal_relabel > 0 and not self.env:
             raise InputError("--goal-relabel is for a goal-conditioned Gymnasium env (--env) whose map declares goal: "
                              "(docs/your-env.md); the twin's tasks have no goal in their state")
+        if self.goal_relabel > 0 and self.reward_classifier is not None:
+            raise InputError("--goal-relabel recomputes the env's own reward for a new goal (the map's goal: reward); "
+                             "a success classifier's reward cannot be recomputed: use one or the other")
         if self.goal_relabel > 0 and self.n_step != 1:
             raise InputError(f"--goal-relabel works on one-step transitions: use it with --n-step 1, got {self.n_step}")
         if min(self.image_size) < 1:

@@ -132,6 +132,13 @@ def test_explicit_scale_and_success_from_the_reward(tmp_path):
     ("state: ['agent[x]']\n", "is not key[i] or key[a:b]"),
     ("action: {motion: [0, 1], scale: [1, 2, 3]}\n", "3 numbers for 2 motion dimensions"),
     ("gripper: {index: 3, open_state: {key: agent, index: 9, below: 0.5}}\n", "open_state index 9 is out of range"),
+    # a goal (hindsight relabelling, tests/test_goal_relabel.py) must lie in the state
+    ("goal: {desired: 'goal[0:1]', achieved: 'agent[0:1]', within: 0.1, reward: {success: 1, failure: 0}}\n",
+     "goal.desired 'goal[0:1]' must be one of the state refs"),
+    ("goal: {desired: goal, achieved: agent, within: 0.1, reward: {success: 1, failure: 0}}\n",
+     "goal.desired 'goal' has 2 numbers, goal.achieved 'agent' 3"),
+    ("state: [goal]\ngoal: {desired: goal, achieved: 'agent[0:2]', within: 0.1, reward: {success: 1, failure: 0}}\n",
+     "goal.achieved 'agent[0:2]' is not in the state"),
 ])
 def test_map_errors_name_the_file_and_the_key(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"

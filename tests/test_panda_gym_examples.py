@@ -65,3 +65,31 @@ def test_the_pick_and_place_map_drives_the_fingers_with_the_grasp_head():
     assert obs["state"][-1] == 1.0 and obs["state"][6] > 0.05
     assert np.allclose(obs["state"][22:25], obs["state"][7:10] - obs["state"][0:3], atol=1e-6)
     env.close()
+
+
+@pytest.mark.parametrize("env_id, map_file, _expert", [PUSH, PICK_AND_PLACE], ids=["push", "pick_and_place"])
+def test_the_maps_goal_is_panda_gyms_achieved_and_desired_goal(env_id, map_file, _expert):
+    """For --goal-relabel: the map's achieved goal is the env's achieved_goal, a state relabelled
+    with a goal is the state the env would show with it, and the map's success and reward rule
+    is the env's own (compute_reward)."""
+    import gymnasium as gym
+    import panda_gym  # noqa: F401
+
+    env = MappedEnv(LocalEnv(env_id, {}), read_env_map(EXAMPLES / map_file), env_id)
+    goal = env.map.goal
+    raw_env = gym.make(env_id.split(":")[1])
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        raw, _ = raw_env.reset(seed=seed)
+        for _ in range(8):
+            raw, *_ = raw_env.step(raw_env.action_space.sample())
+        state = env.map.state_of(raw)
+        np.testing.assert_allclose(goal.achieved_of(state), raw["achieved_goal"], atol=1e-6)
+        new_goal = (raw["achieved_goal"] + rng.uniform(-0.06, 0.06, 3)).astype(np.float32)
+        np.testing.assert_allclose(goal.with_goal(state[None], new_goal[None])[0],
+                                   env.map.state_of({**raw, "desired_goal": new_goal}), atol=1e-6)
+        reward = raw_env.unwrapped.compute_reward(raw["achieved_goal"], new_goal, {})
+        success = goal.success(raw["achieved_goal"], new_goal)
+        assert reward == (goal.reward_success if success else goal.reward_failure)
+    raw_env.close()
+    env.close()
