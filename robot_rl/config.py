@@ -113,9 +113,6 @@ class LearningConfig:
     takeover_penalty: float = setting(0.0, "> 0: the policy's transition before a human takes over ends the policy's "
                                            "stretch (no bootstrap past it) with this penalty on its reward (RLIF), so "
                                            "the human's success after is not credited to what the policy did")
-    goal_relabel: float = setting(0.0, "> 0: with an --env whose map declares goal: this share of each batch gets a "
-                                       "goal its episode reached later, its reward recomputed (hindsight "
-                                       "relabelling, HER's future strategy; replay/relabel.py)", metavar="SHARE")
     replay_capacity: int = setting(200_000, "online replay buffer size (transitions)", kept_on_resume=True)
     demo_capacity: int = setting(50_000, "demo buffer size (transitions; human interventions go here too)", kept_on_resume=True)
     weights_every: int = setting(50, "updates between weight broadcasts to the actors")
@@ -236,6 +233,11 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
                                          "progress(obs) (progress, as on the twin) or an episode running long "
                                          "(clock); auto: progress where the scripted policy has it",
                                  choices=HUMAN_WATCHES)
+    goal_relabel: float | None = setting(None, "share of each batch given a goal its episode reached later, its reward "
+                                              "recomputed (hindsight relabelling, HER's future strategy; "
+                                              "replay/relabel.py), for an --env whose map declares goal:; default: "
+                                              "0.8 there (with --n-step 1 and the env's own reward), else 0; 0: off",
+                                         metavar="SHARE")
     env_steps: int = setting(20_000, "environment steps in all", flags=("--steps",))
     learner: str = setting("process", "the learner in its own process or driven inline between control steps",
                            choices=("process", "inline"))
@@ -291,17 +293,19 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
             raise InputError(f"demo_fraction is a share of the batch in [0, 1], got {self.demo_fraction}")
         if not (math.isfinite(self.takeover_penalty) and self.takeover_penalty >= 0):
             raise InputError(f"takeover_penalty must be a finite number >= 0 (0: off), got {self.takeover_penalty}")
-        if not (math.isfinite(self.goal_relabel) and 0.0 <= self.goal_relabel <= 1.0):
-            raise InputError(f"goal_relabel (--goal-relabel) is a share of the batch in [0, 1] (0: off), "
-                             f"got {self.goal_relabel}")
-        if self.goal_relabel > 0 and not self.env:
-            raise InputError("--goal-relabel is for a goal-conditioned Gymnasium env (--env) whose map declares goal: "
-                             "(docs/your-env.md); the twin's tasks have no goal in their state")
-        if self.goal_relabel > 0 and self.reward_classifier is not None:
-            raise InputError("--goal-relabel recomputes the env's own reward for a new goal (the map's goal: reward); "
-                             "a success classifier's reward cannot be recomputed: use one or the other")
-        if self.goal_relabel > 0 and self.n_step != 1:
-            raise InputError(f"--goal-relabel works on one-step transitions: use it with --n-step 1, got {self.n_step}")
+        if self.goal_relabel is not None:  # asked for: each reason it cannot be is one line
+            if not (math.isfinite(self.goal_relabel) and 0.0 <= self.goal_relabel <= 1.0):
+                raise InputError(f"goal_relabel (--goal-relabel) is a share of the batch in [0, 1] (0: off), "
+                                 f"got {self.goal_relabel}")
+            if self.goal_relabel > 0 and not self.env:
+                raise InputError("--goal-relabel is for a goal-conditioned Gymnasium env (--env) whose map declares "
+                                 "goal: (docs/your-env.md); the twin's tasks have no goal in their state")
+            if self.goal_relabel > 0 and self.reward_classifier is not None:
+                raise InputError("--goal-relabel recomputes the env's own reward for a new goal (the map's goal: "
+                                 "reward); a success classifier's reward cannot be recomputed: use one or the other")
+            if self.goal_relabel > 0 and self.n_step != 1:
+                raise InputError(f"--goal-relabel works on one-step transitions: use it with --n-step 1, got "
+                                 f"{self.n_step}")
         if min(self.image_size) < 1:
             raise InputError(f"image_size must be positive, got {self.image_size}")
         if self.demo_store is not None and not Path(self.demo_store).exists():

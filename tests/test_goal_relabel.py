@@ -135,8 +135,15 @@ def test_hindsight_errors():
         GoalLayout(desired=(0,), achieved=(1,), within=0.0)
 
 
-def test_a_layout_survives_the_learners_json():
-    assert GoalLayout.from_json(json.loads(json.dumps(LAYOUT.to_json()))) == LAYOUT
+def test_the_layout_and_the_share_reach_the_learners_process():
+    """The learner process starts from JSON (``LearnerSetup``): the layout and the share survive it."""
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.config import TrainConfig
+    from robot_rl.runtime.learner import LearnerSetup
+
+    setup = LearnerSetup(TrainConfig(), SACConfig(state_dim=9, action_dim=2), SPEC, "run", None, LAYOUT, 0.8)
+    back = LearnerSetup.from_json(setup.to_json())
+    assert back.goal == LAYOUT and back.goal_relabel == 0.8
 
 
 # ------------------------------------------------------------------ the env map's goal
@@ -202,18 +209,36 @@ def test_train_bad_goal_relabel_input_is_one_line_exit_2(tmp_path, capsys, args,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("map_text, extra, share", [
+    (REACH_MAP + GOAL, {}, 0.8),  # the default: where the map declares a goal
+    (REACH_MAP + GOAL, {"goal_relabel": 0.5}, 0.5),
+    (REACH_MAP + GOAL, {"goal_relabel": 0.0}, 0.0),  # off
+    (REACH_MAP + GOAL, {"n_step": 3}, 0.0),  # n-step returns: the default leaves it off
+    (REACH_MAP, {}, 0.0),  # no goal: none
+])
+def test_hindsight_is_on_by_default_where_the_map_declares_a_goal(tmp_path, map_text, extra, share):
+    from robot_rl.commands.train import hindsight_goals
+    from robot_rl.config import TrainConfig
+
+    env = reach_env(tmp_path, map_text)
+    layout, got = hindsight_goals(TrainConfig(env=REACH, demos=0, **extra), env)
+    assert got == share and (layout is None) == (share == 0) and (share == 0 or layout == env.map.goal)
+    env.close()
+
+
 @pytest.mark.integration
 def test_a_short_run_relabels_goals_end_to_end(tmp_path):
-    """The layout travels from the map to the learner's replay (inline and in its own process)."""
+    """The layout and the share travel from the map to the learner's replay (inline and in its own
+    process); the summary says the share."""
     from robot_rl.commands.cli import main
 
     (tmp_path / "m.yaml").write_text(REACH_MAP + GOAL)
-    for learner in ("inline", "process"):
+    for learner, flag in (("inline", ["--goal-relabel", "0.5"]), ("process", [])):
         run = tmp_path / learner
-        assert main(["train", "--env", REACH, "--env-map", str(tmp_path / "m.yaml"), "--demos", "0",
-                     "--goal-relabel", "0.8", "--random-steps", "40", "--steps", "80", "--batch-size", "16",
-                     "--eval-every", "80", "--eval-episodes", "2", "--final-eval-episodes", "2", "--learner", learner,
+        assert main(["train", "--env", REACH, "--env-map", str(tmp_path / "m.yaml"), "--demos", "0", *flag,
+                     "--random-steps", "40", "--steps", "80", "--batch-size", "16", "--eval-every", "80",
+                     "--eval-episodes", "2", "--final-eval-episodes", "2", "--learner", learner,
                      "--run-dir", str(run), "--no-progress"]) == 0
         summary = json.loads((run / "summary.json").read_text())
         assert summary["env_steps"] == 80 and summary["updates"] > 0
-        assert json.loads((run / "config.json").read_text())["goal_relabel"] == 0.8
+        assert summary["goal_relabel"] == (0.5 if flag else 0.8)

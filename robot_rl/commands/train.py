@@ -233,7 +233,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     torch.set_num_threads(1)
     cell, eval_env = make_run_envs(cfg)
     human = make_human(cfg, cell)  # before any work: a human that cannot judge is one line now
-    goal = goal_layout(cfg, cell)  # likewise a map without a goal under --goal-relabel
+    goal, relabel = hindsight_goals(cfg, cell)  # likewise a map without a goal under --goal-relabel
     env = FlatObservation(cell, cfg.obs, cfg.cameras)  # what the policy sees; the (simulated) human sees the cell
     spec = obs_spec(env.observation_space)
     agent_cfg = agent_config_for(cfg, env)  # the learner's, on cfg.device
@@ -244,7 +244,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     policy = SACAgent(acting_config(agent_cfg))
     policy.seed_acting(cfg.seed)
     logger = RunLogger(run_dir, cfg.env_steps, enabled=cfg.progress)
-    learner = LearnerClient.start(LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from, goal), policy,
+    learner = LearnerClient.start(LearnerSetup(cfg, agent_cfg, spec, str(run_dir), resume_from, goal, relabel),
+                                  policy,
                                   on_error=learner_error)
 
     def checkpoint(step: int) -> None:
@@ -392,16 +393,23 @@ def make_run_envs(cfg: TrainConfig):
         raise
 
 
-def goal_layout(cfg: TrainConfig, cell):
-    """Where the goal lies in the state (the env map's ``goal:``) under ``--goal-relabel``, else None."""
-    if cfg.goal_relabel <= 0:
-        return None
+HINDSIGHT_SHARE = 0.8  # HER's k = 4 future goals per real one (docs/CALIBRATION.md: panda-gym, 2026-11-30)
+
+
+def hindsight_goals(cfg: TrainConfig, cell):
+    """(where the goal lies in the state, the share of each batch relabelled): the env map's
+    ``goal:`` and ``--goal-relabel``, or by default ``HINDSIGHT_SHARE`` wherever the map declares a
+    goal and the run can relabel (one-step returns, the env's own reward), else none."""
     env_map = getattr(cell.unwrapped, "map", None)
-    if getattr(env_map, "goal", None) is None:
+    layout = getattr(env_map, "goal", None)
+    if cfg.goal_relabel is None:
+        can = layout is not None and cfg.n_step == 1 and cfg.reward_classifier is None
+        return (layout, HINDSIGHT_SHARE) if can else (None, 0.0)
+    if cfg.goal_relabel > 0 and layout is None:
         source = getattr(env_map, "source", "the default map")
         raise InputError(f"--goal-relabel {cfg.goal_relabel:g}: the env map ({source}) declares no goal: (where the "
                          "goal and the achieved goal lie in the state, and the reward at success; docs/your-env.md)")
-    return env_map.goal
+    return (layout, cfg.goal_relabel) if cfg.goal_relabel > 0 else (None, 0.0)
 
 
 def training_recorder(cfg: TrainConfig, cell, run_dir: Path):
@@ -584,6 +592,7 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "classifier_episodes": run.classifier_total(),
         "base_policy": base_summary(cfg, cell, list(act_ms)),
         "human_eagerness": cfg.human_eagerness, "human_watches": human_watches(cfg, cell) if cell else None,
+        "goal_relabel": hindsight_goals(cfg, cell)[1] if cell else None,
         "interventions": run.totals.interventions,
         "intervention_steps": run.totals.intervention_steps,
         "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,

@@ -282,10 +282,11 @@ class Learner:
 
 
 def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dict, endpoint: Endpoint,
-                  run_dir: Path, resume_from: str | None = None, goal: GoalLayout | None = None) -> Learner:
+                  run_dir: Path, resume_from: str | None = None, goal: GoalLayout | None = None,
+                  goal_relabel: float = 0.0) -> Learner:
     """A learner with a new agent and empty buffers (``obs_spec``: ``{key: (shape, dtype)}``), or
     the agent and replay of the checkpoint ``resume_from``. ``goal``: where a goal-conditioned
-    env's goal lies in the state, for ``config.goal_relabel``."""
+    env's goal lies in the state; ``goal_relabel``: the share of each batch given hindsight goals."""
     if resume_from:
         # the run's agent config, the one the actor's policy is built from: one source for both
         saved = read_agent_config(Path(resume_from))
@@ -304,7 +305,7 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
                              ReplayBuffer(config.demo_capacity, spec, act, seed=config.seed + 1, features=features),
                              config.demo_fraction, encode=encode)
     replay.takeover_penalty = config.takeover_penalty  # a resumed run takes the current one
-    replay.set_goal_relabel(goal, getattr(config, "goal_relabel", 0.0))
+    replay.set_goal_relabel(goal, goal_relabel)
     return Learner(config, agent, replay, endpoint, run_dir)
 
 
@@ -318,23 +319,26 @@ class LearnerSetup:
     run_dir: str
     resume_from: str | None = None
     goal: GoalLayout | None = None  # a goal-conditioned env's goal in the state (hindsight relabelling)
+    goal_relabel: float = 0.0  # the share of each batch relabelled (``train.hindsight_goals``)
 
     def to_json(self) -> str:
         return json.dumps({"config": dataclasses.asdict(self.config), "agent": dataclasses.asdict(self.agent),
                            "obs_spec": spec_to_json(self.obs_spec), "run_dir": self.run_dir,
                            "resume_from": self.resume_from,
-                           "goal": None if self.goal is None else self.goal.to_json()})
+                           "goal": None if self.goal is None else self.goal.to_json(),
+                           "goal_relabel": self.goal_relabel})
 
     @classmethod
     def from_json(cls, text: str) -> "LearnerSetup":
         data = json.loads(text)
         return cls(config_from_dict(TrainConfig, data["config"], "the learner's setup"),
                    SACConfig.from_dict(data["agent"]), spec_from_json(data["obs_spec"]), data["run_dir"],
-                   data["resume_from"], None if data.get("goal") is None else GoalLayout.from_json(data["goal"]))
+                   data["resume_from"], None if data.get("goal") is None else GoalLayout.from_json(data["goal"]),
+                   float(data.get("goal_relabel", 0.0)))
 
     def build(self, endpoint: Endpoint) -> Learner:
         return build_learner(self.config, self.agent, self.obs_spec, endpoint, Path(self.run_dir), self.resume_from,
-                             self.goal)
+                             self.goal, self.goal_relabel)
 
 
 LEARNER_FAULT_LOG = "learner_faults.log"  # in the run folder: the learner process's native-crash tracebacks
