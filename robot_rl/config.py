@@ -236,7 +236,8 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     goal_relabel: float | None = setting(None, "share of each batch given a goal its episode reached later, its reward "
                                               "recomputed (hindsight relabelling, HER's future strategy; "
                                               "replay/relabel.py), for an --env whose map declares goal:; default: "
-                                              "0.8 there (with --n-step 1 and the env's own reward), else 0; 0: off",
+                                              "0.8 there (from states, with --n-step 1 and the env's own reward), "
+                                              "else 0; 0: off",
                                          metavar="SHARE")
     env_steps: int = setting(20_000, "environment steps in all", flags=("--steps",))
     learner: str = setting("process", "the learner in its own process or driven inline between control steps",

@@ -214,6 +214,7 @@ def test_train_bad_goal_relabel_input_is_one_line_exit_2(tmp_path, capsys, args,
     (REACH_MAP + GOAL, {"goal_relabel": 0.5}, 0.5),
     (REACH_MAP + GOAL, {"goal_relabel": 0.0}, 0.0),  # off
     (REACH_MAP + GOAL, {"n_step": 3}, 0.0),  # n-step returns: the default leaves it off
+    (REACH_MAP + GOAL, {"obs": "pixels", "cameras": ("top",)}, 0.0),  # frames would still show the old goal
     (REACH_MAP, {}, 0.0),  # no goal: none
 ])
 def test_hindsight_is_on_by_default_where_the_map_declares_a_goal(tmp_path, map_text, extra, share):

@@ -399,11 +399,12 @@ HINDSIGHT_SHARE = 0.8  # HER's k = 4 future goals per real one (docs/CALIBRATION
 def hindsight_goals(cfg: TrainConfig, cell):
     """(where the goal lies in the state, the share of each batch relabelled): the env map's
     ``goal:`` and ``--goal-relabel``, or by default ``HINDSIGHT_SHARE`` wherever the map declares a
-    goal and the run can relabel (one-step returns, the env's own reward), else none."""
+    goal and the run can relabel (state observations: a camera frame would still show the old
+    goal; one-step returns; the env's own reward), else none."""
     env_map = getattr(cell.unwrapped, "map", None)
     layout = getattr(env_map, "goal", None)
     if cfg.goal_relabel is None:
-        can = layout is not None and cfg.n_step == 1 and cfg.reward_classifier is None
+        can = layout is not None and cfg.obs == "state" and cfg.n_step == 1 and cfg.reward_classifier is None
         return (layout, HINDSIGHT_SHARE) if can else (None, 0.0)
     if cfg.goal_relabel > 0 and layout is None:
         source = getattr(env_map, "source", "the default map")

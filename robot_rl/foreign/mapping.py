@@ -26,7 +26,7 @@ A YAML file (``robot-rl train --env ID --env-map FILE.yaml``), every key optiona
     end_on_success: true     # end the episode (terminated) at the step success is first seen, as HIL-SERL does,
                              # for an env that runs on to its time limit after success (default false: the
                              # env's own ends; under --reward-classifier the classifier's success ends it instead)
-    goal:                    # a goal-conditioned env, for hindsight relabelling (robot-rl train --goal-relabel)
+    goal:                    # a goal-conditioned env: hindsight relabelling (on by default; --goal-relabel)
       desired: desired_goal          # a state ref holding the goal
       achieved: "observation[7:10]"  # what must reach it, within the state (a state ref or part of one)
       within: 0.05                   # success: the two closer than this (Euclidean)
