@@ -249,15 +249,14 @@ class ReplayBuffer:
         if rows.size == 0:
             return None
         start = idx[rows]
-        done = self._terminated | self._truncated
         remaining = np.ones(rows.size, np.int64)  # transitions from this one to the episode's last (so far)
-        cur, alive = start.copy(), ~done[start]
-        while alive.any():
+        cur, alive = start.copy(), ~(self._terminated[start] | self._truncated[start])
+        while alive.any():  # only the sampled rows' flags: never the whole ring's, per batch
             cand = (cur + 1) % self.capacity
             take = alive & self._valid[cand]
             remaining += take
             cur = np.where(take, cand, cur)
-            alive = take & ~done[cand]
+            alive = take & ~(self._terminated[cand] | self._truncated[cand])
         future = (start + (self._rng.random(rows.size) * remaining).astype(np.int64)) % self.capacity
         states = self._obs[self._goal.key]
         goal = self._goal.achieved_of(states[(future + 1) % self.capacity])
