@@ -511,7 +511,7 @@ def test_the_scripted_operator_stands_by_once_the_episode_has_succeeded(env_map)
     """On an env that runs on after success, the operator (built as training builds it) drives the
     scripted policy to success in its takeover, then hands back and stays off for the rest of the
     episode; one that does not watch success drives its whole takeover and takes over again."""
-    from robot_rl.commands.train import make_human
+    from robot_rl.commands.learning_aids import make_human
     from robot_rl.config import TrainConfig
     from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHumanConfig
 
@@ -545,7 +545,7 @@ def test_the_simulated_human_judges_the_scripted_policys_progress_where_it_has_o
     """Judging progress, the human takes over once the policy has stalled for its patience (at
     eagerness 1, 6 steps without progress) and drives the scripted policy to success, standing by
     after it on an env that runs on; judging the clock it waits 40 / 8 steps whatever happens."""
-    from robot_rl.commands.train import human_watches, make_human
+    from robot_rl.commands.learning_aids import human_watches, make_human
     from robot_rl.config import TrainConfig
     from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHuman
 

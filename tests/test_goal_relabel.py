@@ -218,7 +218,7 @@ def test_train_bad_goal_relabel_input_is_one_line_exit_2(tmp_path, capsys, args,
     (REACH_MAP, {}, 0.0),  # no goal: none
 ])
 def test_hindsight_is_on_by_default_where_the_map_declares_a_goal(tmp_path, map_text, extra, share):
-    from robot_rl.commands.train import hindsight_goals
+    from robot_rl.commands.learning_aids import hindsight_goals
     from robot_rl.config import TrainConfig
 
     env = reach_env(tmp_path, map_text)

@@ -8,7 +8,8 @@ import numpy as np
 from robot_rl.actor import EpisodeTally
 from robot_rl.commands.cli import main
 from robot_rl.commands.report import _cycle_time_lines
-from robot_rl.commands.train import TrainConfig, cycle_time, train
+from robot_rl.commands.train import TrainConfig, train
+from robot_rl.commands.train_summary import cycle_time
 from robot_rl.rollout import evaluate, steps_to_success
 from robot_rl.runtime.run_state import RunState
 

@@ -104,7 +104,7 @@ def run(quick: bool = False, log=print, device: str = "auto") -> dict:
     """``device``: where the classifier trains and scores, the learners learn and the held-out
     agent acts (auto, cpu, cuda, cuda:N, mps)."""
     from robot_rl.commands.record import record_rollouts
-    from robot_rl.commands.train import ratio
+    from robot_rl.commands.train_summary import ratio
     from robot_rl.reward.training import evaluate_classifier
     from robot_rl.runtime.device import resolve_device
 

@@ -162,7 +162,7 @@ def plan(p: dict, data: dict) -> dict[str, dict]:
 def steps_ratio(with_human: int | None, without: int | None) -> float | None:
     """Env steps to 90% with the human over without; None unless both reached it (and without
     took more than 0 steps)."""
-    from robot_rl.commands.train import ratio
+    from robot_rl.commands.train_summary import ratio
 
     return ratio(with_human, without)
 

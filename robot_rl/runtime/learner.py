@@ -319,7 +319,7 @@ class LearnerSetup:
     run_dir: str
     resume_from: str | None = None
     goal: GoalLayout | None = None  # a goal-conditioned env's goal in the state (hindsight relabelling)
-    goal_relabel: float = 0.0  # the share of each batch relabelled (``train.hindsight_goals``)
+    goal_relabel: float = 0.0  # the share of each batch relabelled (``commands.learning_aids.hindsight_goals``)
 
     def to_json(self) -> str:
         return json.dumps({"config": dataclasses.asdict(self.config), "agent": dataclasses.asdict(self.agent),
