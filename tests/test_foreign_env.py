@@ -198,6 +198,55 @@ def test_a_worker_gives_the_same_episode_as_in_process(env_map):
     assert remote.inner.proc.wait(timeout=30) == 0  # closed cleanly
 
 
+FRESH = "foreign_envs:robot_rl_test/FreshEntropyReach-v0"  # its unseeded reset draws fresh entropy (panda-gym 3)
+
+
+def goals_after(env, seed: int, episodes: int = 4) -> list:
+    """The goal of a seeded first episode and of the unseeded ones after it (the raw env's
+    ``goal``; the mapped state's numbers 3 and 4)."""
+    def goal(obs) -> list:
+        return (obs["state"][3:5] if "state" in obs else obs["goal"]).tolist()
+
+    return [goal(env.reset(seed=seed)[0])] + [goal(env.reset()[0]) for _ in range(episodes - 1)]
+
+
+@pytest.mark.parametrize("python", [None, sys.executable], ids=["in process", "in a worker"])
+def test_one_seed_gives_the_same_episodes_where_the_env_draws_fresh_entropy(env_map, python):
+    raw = [open_env(FRESH, {}, python) for _ in range(2)]
+    try:  # the env alone: seeded once, it goes on differently
+        assert goals_after(raw[0], 3)[0] == goals_after(raw[1], 3)[0]
+        assert goals_after(raw[0], 3)[1:] != goals_after(raw[1], 3)[1:]
+    finally:
+        for env in raw:
+            env.close()
+    mapped = [MappedEnv(open_env(FRESH, {}, python), read_env_map(env_map), FRESH) for _ in range(2)]
+    try:  # mapped: every later episode seeded from the first's seed
+        first, second = (goals_after(env, 3) for env in mapped)
+        assert first == second and len({tuple(g) for g in first}) == 4
+        assert goals_after(mapped[0], 4) != first  # another seed, other episodes
+    finally:
+        for env in mapped:
+            env.close()
+
+
+@pytest.mark.integration
+def test_one_seed_gives_one_run_on_an_env_that_draws_fresh_entropy(tmp_path, env_map):
+    from robot_rl.commands.train import train
+    from robot_rl.config import TrainConfig
+
+    runs = []
+    for name in ("a", "b"):
+        cfg = TrainConfig(env=FRESH, env_map=str(env_map), env_expert=EXPERT_WITH_PROGRESS, demos=2,
+                          human_eagerness=1.0, human_takeover_steps=5, env_steps=200, eval_every=200, eval_episodes=2,
+                          final_eval_episodes=2, pretrain_steps=10, critic_warmup_steps=10, batch_size=32,
+                          agent={"hidden": [32, 32]}, learner="inline", run_dir=str(tmp_path / name), progress=False)
+        runs.append(train(cfg, log=lambda m: None))
+    a, b = runs
+    assert a["episodes"] > 3 and a["interventions"] > 0
+    for key in ("episodes", "episode_interventions", "intervention_steps", "evals", "updates"):
+        assert a[key] == b[key], key
+
+
 def test_the_scripted_policy_runs_in_the_worker(env_map):
     env = MappedEnv(open_env(REACH, {}, sys.executable, EXPERT), read_env_map(env_map), REACH)
     try:

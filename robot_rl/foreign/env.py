@@ -63,6 +63,7 @@ class MappedEnv(gym.Env):
         self.success_source: str | None = None  # what said success at the last step
         self.succeeded = False  # success at some step of this episode
         self.episode_step = 0
+        self._episode_seeds: np.random.Generator | None = None  # seeds the unseeded resets after a seeded one
         gripper_key = [gripper.open_state["key"]] if gripper is not None and gripper.open_state is not None else []
         self._read = list(dict.fromkeys(list(self.map.state) + [r for pair in self.map.differences for r in pair]
                                         + gripper_key))  # the numbers the state is made of
@@ -88,6 +89,14 @@ class MappedEnv(gym.Env):
         return obs
 
     def reset(self, *, seed: int | None = None, options=None):
+        """A seeded reset seeds this and every later episode: an unseeded reset after it gets the
+        next seed of a generator seeded by it. Gymnasium's convention is that an env seeded once
+        goes on from its own generator, but not every env keeps it (panda-gym 3 draws fresh OS
+        entropy at each unseeded reset): so one seed gives one run whatever the env does."""
+        if seed is not None:
+            self._episode_seeds = np.random.default_rng(seed)
+        elif self._episode_seeds is not None:
+            seed = int(self._episode_seeds.integers(2**31 - 1))
         flat, info = self.inner.reset(seed=seed)
         self.succeeded, self.episode_step = False, 0
         return self._observation(flat), info

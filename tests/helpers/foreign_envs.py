@@ -10,7 +10,8 @@ within 10 cm of the goal. Observation: ``agent`` (finger x, y, gripper 0..1), ``
 and ``camera`` (16 x 16 x 3 uint8, the finger and goal drawn). ``die_at_step`` kills the
 process at that step (a crashing env), ``bad_camera`` makes the camera float32, ``run_to_limit``
 never terminates: success is reported and the episode runs on to its time limit (as
-gymnasium-robotics' Fetch tasks do).
+gymnasium-robotics' Fetch tasks do). ``FreshEntropyReach-v0``: Reach whose unseeded reset draws
+fresh entropy (panda-gym 3's).
 """
 
 import os
@@ -66,6 +67,17 @@ class Reach(gym.Env):
         return self._obs(), float(success), success and not self.run_to_limit, False, info
 
 
+class FreshEntropyReach(Reach):
+    """Reach whose unseeded reset draws fresh OS entropy, as panda-gym 3's does
+    (``seeding.np_random(None)`` at every reset): seeded once, it still goes on differently."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed)
+        rng = np.random.default_rng(seed)  # None: fresh entropy
+        self.pos, self.goal = rng.uniform(-0.5, 0.5, 2), rng.uniform(-0.5, 0.5, 2)
+        return self._obs(), info
+
+
 class Discrete(Reach):
     def __init__(self):
         super().__init__()
@@ -102,4 +114,5 @@ scripted_reach_lost.progress = lambda obs: float("nan")
 
 
 gym.register("robot_rl_test/Reach-v0", entry_point=Reach, max_episode_steps=40)
+gym.register("robot_rl_test/FreshEntropyReach-v0", entry_point=FreshEntropyReach, max_episode_steps=40)
 gym.register("robot_rl_test/Discrete-v0", entry_point=Discrete, max_episode_steps=40)
