@@ -345,7 +345,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
         if resume_from and run.round.first_step == step and (run_dir / "summary.json").is_file():
             log(f"nothing to do: {run_dir} is at env step {step} of {cfg.env_steps}; its summary.json stays as it was")
             return json.loads((run_dir / "summary.json").read_text())
-        summary = make_summary(cfg, run, learner, run_dir, resume_from, cell, act_ms)
+        summary = make_summary(cfg, run, learner, run_dir, resume_from, cell, act_ms, relabel)
         if summary["base_policy"]:
             b = summary["base_policy"]
             log(f"base policy: query p50 {b['base_query_ms_p50']} / p99 {b['base_query_ms_p99']} ms, per control step "

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.actor import LearnerClient
-from robot_rl.commands.learning_aids import hindsight_goals, human_watches
+from robot_rl.commands.learning_aids import human_watches
 from robot_rl.config import TrainConfig, task_name
 from robot_rl.config_values import demo_source
 from robot_rl.runtime.run_state import RunState
@@ -69,8 +69,9 @@ def base_summary(cfg: TrainConfig, cell, act_ms: list[float]) -> dict | None:
 
 
 def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_dir: Path,
-                 resume_from: str | None = None, cell=None, act_ms: list[float] = ()) -> dict:
-    """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in ``rounds``."""
+                 resume_from: str | None = None, cell=None, act_ms: list[float] = (), goal_relabel: float = 0.0) -> dict:
+    """Every figure is the whole run's (all its rounds: the start and each resume) unless it sits in
+    ``rounds``. ``goal_relabel``: the hindsight share the run resolved at its start and learnt with."""
     evals, rounds, human = run.evals, run.rounds, run.human
     run.round.touch()
     return {
@@ -92,7 +93,7 @@ def make_summary(cfg: TrainConfig, run: RunState, learner: LearnerClient, run_di
         "classifier_episodes": run.classifier_total(),
         "base_policy": base_summary(cfg, cell, list(act_ms)),
         "human_eagerness": cfg.human_eagerness, "human_watches": human_watches(cfg, cell) if cell else None,
-        "goal_relabel": hindsight_goals(cfg, cell)[1] if cell else None,
+        "goal_relabel": goal_relabel,
         "interventions": run.totals.interventions,
         "intervention_steps": run.totals.intervention_steps,
         "intervention_rate_last_2000": run.intervention_rate_last(2000) if human else None,
