@@ -246,6 +246,30 @@ def _final_weights(run) -> dict:
     return load_file(str(ckpt / "agent.safetensors"))
 
 
+def test_the_evaluations_leave_the_training_as_it_is(tmp_path):
+    """Evaluating more or less often changes the curve's points and the time, never what is
+    learnt: the same seed at two --eval-every values ends with the same weights, episodes and
+    takeovers, and the evaluations both runs made agree (the main job evaluates every 4,000 env
+    steps for that reason)."""
+    cfg = dict(task="PickCube", demos=2, env_steps=120, learner="inline", weights_every=10, human_eagerness=1.0,
+               **TINY)
+    runs = {}
+    for every in (40, 120):
+        run = tmp_path / f"every_{every}"
+        runs[every] = (train(TrainConfig(eval_every=every, run_dir=str(run), **cfg), log=lambda m: None),
+                       _final_weights(run))
+    (often, often_weights), (seldom, seldom_weights) = runs[40], runs[120]
+    assert [e["env_steps"] for e in often["evals"]] == [0, 40, 80, 120]
+    assert [e["env_steps"] for e in seldom["evals"]] == [0, 120]
+    assert often["interventions"] > 0
+    for key in ("final", "episode_interventions", "interventions", "updates", "episodes"):
+        assert often[key] == seldom[key], key
+    assert [often["evals"][i] for i in (0, 3)] == seldom["evals"]
+    assert often_weights.keys() == seldom_weights.keys()
+    for key in often_weights:
+        np.testing.assert_array_equal(often_weights[key], seldom_weights[key], err_msg=key)
+
+
 @pytest.mark.learning
 def test_one_seed_gives_one_run_whatever_the_learner_timing(tmp_path):
     """Sim pacing with a weights schedule: a learner in its own process (overlapping the actor,

@@ -276,6 +276,13 @@ class SACAgent(nn.Module):
         s = self.config.residual_scale
         return (base + s * action).clamp(-1, 1), log_prob, (base + s * mean).clamp(-1, 1)
 
+    def mean_action(self, features: torch.Tensor, base_features: torch.Tensor) -> torch.Tensor:
+        """The deterministic motion action, ``policy()``'s third output, without drawing noise."""
+        mean = torch.tanh(self.actor(features)[0])
+        if not self.residual:
+            return mean
+        return (self.base_action(base_features) + self.config.residual_scale * mean).clamp(-1, 1)
+
     def base_action(self, base_features: torch.Tensor) -> torch.Tensor:
         """The frozen base's motion action from what ``base_features`` gives (no gradient)."""
         if self.config.base_action_dim:
@@ -288,8 +295,11 @@ class SACAgent(nn.Module):
         batched = {k: np.asarray(v)[None] for k, v in self.cache_features(obs).items()}
         obs_t = self._obs(batched, augment=False)
         features = self.encoder(obs_t)
-        action, _, mean = self.policy(features, self.base_features(obs_t, features), self._act_noise)
-        motion = mean if deterministic else action
+        base_features = self.base_features(obs_t, features)
+        if deterministic:  # no noise drawn: evaluating never moves the exploration's stream
+            motion = self.mean_action(features, base_features)
+        else:
+            motion, _, _ = self.policy(features, base_features, self._act_noise)
         out = np.zeros(self.config.action_dim, dtype=np.float32)
         out[: self.config.motion_dim] = motion[0].cpu().numpy()
         if self.grasp is not None:
