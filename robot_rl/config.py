@@ -473,6 +473,8 @@ class MainJobConfig:
     encoder_steps: int = setting(1000, "the frozen image encoder's pretraining steps (--obs pixels)")
     rollout_episodes: int = setting(20, "episodes of the policy's own rollouts the classifier is checked on")
     eval_episodes: int = setting(20, "episodes of each evaluation during training")
+    eval_every: int = setting(4000, "env steps between the evaluations during training (and one at the end of "
+                                    "each round); the training is the same at any value", metavar="STEPS")
     final_eval_episodes: int = setting(50, "episodes of the final grade by ground truth")
     run_dir: str | None = setting(None, "the run folder (default runs/main-<task>-<time>)", metavar="DIR")
     train_args: tuple[str, ...] = setting((), "options for robot-rl train (or, with --stack ros, stack arguments "
@@ -497,7 +499,7 @@ class MainJobConfig:
 
     def validate(self) -> None:
         for name in ("demos", "takes", "classifier_steps", "encoder_steps", "rollout_episodes", "eval_episodes",
-                     "final_eval_episodes"):
+                     "eval_every", "final_eval_episodes"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {getattr(self, name)}")
         if not 32 <= self.image_size <= 256:

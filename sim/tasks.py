@@ -81,6 +81,9 @@ class Task:
     # The agent settings (KEY=VALUE, `robot-rl train --agent`) the main job adds to the package's
     # human-in-the-loop recipe for this task, where measured to pay (docs/CALIBRATION.md).
     main_job_agent: tuple[str, ...] = ()
+    # The main job's update-to-data ratio (`robot-rl train --utd`): the learner's gradient updates
+    # per env step, which set the training rounds' wall time on a CPU (docs/CALIBRATION.md).
+    main_job_utd: float = 2.0
     # The frozen image encoder's pretraining objective in the main job (`robot-rl encoder
     # pretrain --objective`): bc, or bc_goal where the goal is small in the image and actions
     # alone teach the backbone little of where it is (docs/CALIBRATION.md).
@@ -262,6 +265,11 @@ class PegInsertHard(PegInsert):
     # the cached 5x5 feature maps unshifted: a one-cell shift (a fifth of the wrist camera's view)
     # hides where the hole's block is, which is what an insertion needs (docs/CALIBRATION.md)
     main_job_agent = ("feature_augment_pad=0",)
+    # one update per env step: the learner sets the training's pace on a CPU, and at UTD 1 the
+    # job took 16:24-17:03 on 2 cores against 26:36-27:04 at UTD 2, its finals 1.00 / 0.96 / 0.94
+    # against 0.98 / 0.98 / 0.90 (16,000 steps at UTD 1: 1.00 / 0.98 / 0.84, 14:20-15:17;
+    # docs/CALIBRATION.md, 2026-12-01)
+    main_job_utd = 1.0
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:

@@ -34,23 +34,23 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     hard = plan(capsys)  # the default task: PegInsertHard, where the clone gets at most half
     assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
     assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
-    assert "(SAC/RLPD, feature_augment_pad=0)" in hard[3]  # PegInsertHard's own main-job setting
+    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0)" in hard[3]  # PegInsertHard's own main-job settings
     assert "simulated human (eagerness 0.5)" in hard[3]
     assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
     assert "cameras at 64x64" in hard[0] and "cameras at 96x96" in plan(capsys, "--image-size", "96")[0]
     pixels = plan(capsys, "--task", "PickCube")
     assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
-    assert "(SAC/RLPD, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
+    assert "(SAC/RLPD, UTD 2, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
     assert "(behaviour cloning on the demonstrations)" in pixels[2]  # PickCube's encoder: bc
     clutter = plan(capsys, "--task", "PickCubeHard")  # the second hard task: its own steps and encoder
     assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
-    assert "reward (SAC/RLPD) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
+    assert "reward (SAC/RLPD, UTD 2) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
     assert "its corrections cloned into the base" in clutter[3]  # PickCubeHard's: they widen its base
     assert "cloned" not in hard[3]  # PegInsertHard's stay in the demo buffer (cloned, they ruin its base)
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
-    assert "reward (SAC/RLPD, feature_augment_pad=0) (expected" in state[2]  # its own setting
+    assert "reward (SAC/RLPD, UTD 1, feature_augment_pad=0) (expected" in state[2]  # its own settings
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")  # through ROS the default task is PickCube
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
@@ -87,6 +87,7 @@ def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_p
     (["--steps", "0"], "--steps 0 is too few"),
     (["--classifier-steps", "0"], "--classifier-steps must be a whole number >= 1, got 0"),
     (["--demos", "-3"], "--demos must be a whole number >= 1, got -3"),
+    (["--eval-every", "0"], "--eval-every must be a whole number >= 1, got 0"),
     (["--image-size", "8"], "--image-size must be a whole number of pixels in [32, 256], got 8"),
     (["--stack", "ros", "--image-size", "96"], "--image-size 96: the ROS 2 stack's cameras (--stack ros) give 64x64"),
     (["--stack", "ros", "--human", "0.5"], "--human 0.5: the ROS 2 stack of PickCube (sim_train) trains without a "
@@ -293,6 +294,7 @@ def test_every_tasks_main_job_settings_are_ones_the_commands_take():
     settings = {f.name for f in dataclasses.fields(SACConfig)}
     for name, task in TASKS.items():
         assert task.main_job_encoder in OBJECTIVES and task.main_job_encoder in ("bc", "bc_goal"), name
+        assert task.main_job_utd > 0, name  # what `robot-rl train --utd` takes
         for setting in task.main_job_agent:
             key, _, value = setting.partition("=")
             assert key in settings and value, (name, setting)

@@ -59,7 +59,7 @@ from robot_rl.runtime.device import machine
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
 TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
 SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 300, "rollouts_final": 400}
-STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates and evaluations, 2 CPU cores
+STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates (UTD 2) and evaluations, 2 CPU cores
 
 
 # ------------------------------------------------------------------ the job
@@ -207,7 +207,8 @@ def train_round_1(job: MainJob) -> None:
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
                  *[word for setting in recipe for word in ("--agent", setting)],
-                 "--steps", str(job.round1), "--eval-episodes", str(cfg.eval_episodes),
+                 "--utd", f"{job.task.main_job_utd:g}", "--steps", str(job.round1),
+                 "--eval-episodes", str(cfg.eval_episodes), "--eval-every", str(cfg.eval_every),
                  "--final-eval-episodes", str(cfg.eval_episodes), "--run-dir", str(job.run), *cfg.train_args)
 
 
@@ -348,7 +349,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
     cloned = ", its corrections cloned into the base" if job.task.clone_corrections else ""
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
-    recipe = "".join(f", {setting}" for setting in job.task.main_job_agent)  # the task's own agent settings
+    # the task's own UTD and agent settings
+    recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.task.main_job_agent)
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
@@ -384,7 +386,7 @@ def stages_of(job: MainJob) -> list[Stage]:
                                                                      == "bc_goal" else "") + ")",
                             lambda j: "about 2 min", pretrain_image_encoder,
                             verify_encoder, ("encoder",)))
-    ms = STEP_MS[cfg.observation]
+    ms = STEP_MS[cfg.observation] * max(job.task.main_job_utd, 1.0) / 2  # the learner sets the pace
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task_name} from {cfg.observation} for {j.round1} env steps with the "
                                   f"classifier's reward (SAC/RLPD{recipe}){human}",
