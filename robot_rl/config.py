@@ -483,7 +483,7 @@ class MainJobConfig:
     @property
     def task_name(self) -> str:
         """The task: as given, else PegInsertHard on the twin (where RL has work to do: its clone
-        from pixels succeeds 0.26-0.54, the policy 0.90-0.98 after 20,000 env steps,
+        from pixels succeeds 0.26-0.54, the policy 0.90-1.00 after 20,000 env steps,
         docs/CALIBRATION.md) and PickCube through ROS (the stack's measured state recipe)."""
         return self.task or ("PickCube" if self.stack == "ros" else "PegInsertHard")
 
