@@ -31,11 +31,12 @@ def _agent(**kw):
 
 
 def _encoded(agent, b):
-    """An update's encodings of a device batch: (feat, next_feat, next_target_feat, next_base_feat)."""
+    """An update's encodings of a device batch: (feat, next_feat, next_target_feat, next_base): the
+    last the base's motion action at next_obs (None without a residual)."""
     with torch.no_grad():
         next_feat = agent.encoder(b.next_obs)
         return (agent.encoder(b.obs), next_feat, agent.target_encoder(b.next_obs),
-                agent.base_features(b.next_obs, next_feat))
+                agent.base_motion(b.next_obs, next_feat) if agent.residual else None)
 
 
 def _critic_loss(agent, b):
@@ -52,7 +53,7 @@ def _grasp_loss(agent, b):
 
 def _actor_loss(agent, b):
     feat = _encoded(agent, b)[0]
-    return agent.actor_loss(feat, agent.base_features(b.obs, feat), b.action[:, : agent.config.motion_dim],
+    return agent.actor_loss(feat, agent.base_motion(b.obs, feat) if agent.residual else None, b.action[:, : agent.config.motion_dim],
                             b.demo_rows)
 
 

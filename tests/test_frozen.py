@@ -2,6 +2,7 @@
 replay, the encoder's hash guarding checkpoints, replays and weights, ``robot-rl encoder
 pretrain``, and a tiny ``robot-rl train --frozen-encoder`` run end to end."""
 
+import copy
 import json
 import re
 import shutil
@@ -14,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from robot_rl.contract import Transition
 from robot_rl.agents.frozen import (ENCODER_FILE, FrozenEncoder, FrozenEncoderError, check_encoder_fits,
                                     read_encoder_meta, weights_sha)
-from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.agents.sac import BASE_ACTION, SACAgent, SACConfig
 from robot_rl.commands.cli import main
 from robot_rl.replay import FeatureMismatch, MixedReplay, ReplayBuffer
 from robot_rl.runtime.checkpoint import CheckpointError, check_same_encoder, load_replay
@@ -586,3 +587,83 @@ def test_pixels_through_a_frozen_encoder_learn_past_a_weak_clone_and_keep_a_stro
     assert summary["updates"] >= 2 * PIXEL_STEPS and summary["demos"] == 20
     assert summary["interventions"] > 0  # the human corrected the learning policy; the evaluations ran it alone
     assert summary["final_success_rate"] >= min(cloned + PIXEL_LIFT, PIXEL_KEEP) - 1e-9, summary["evals"]
+
+
+# ------------------------------------------------------------------ the base's actions kept with the observations
+class _Outbox:
+    """An endpoint that keeps what the learner sends."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, kind, arrays=None, meta=None):
+        self.sent.append(kind)
+
+
+def _base_learner(folder, run_dir, resume_from=None, **learning):
+    from robot_rl.config import TrainConfig
+    from robot_rl.runtime.learner import build_learner
+
+    agent_cfg = frozen_config(folder, residual_scale=0.5, feature_augment_pad=learning.pop("pad", 0))
+    cfg = TrainConfig(pretrain_steps=20, critic_warmup_steps=2, batch_size=16, replay_capacity=400, demo_capacity=400,
+                      **learning)
+    torch.manual_seed(0)
+    return build_learner(cfg, agent_cfg, image_spec(), _Outbox(), run_dir, resume_from)
+
+
+def _steps(learner, first_seed, count, demo):
+    for k in range(count):
+        t = Transition(observation(first_seed + k), np.zeros(7, np.float32), 0.0, observation(first_seed + k + 1),
+                       False, k == count - 1, False)
+        learner.replay.add_demo(t) if demo else learner.replay.add(t)
+
+
+def _base_at(agent, obs):
+    """The base run afresh at stored observations (what an update computed before it was kept)."""
+    with torch.no_grad():
+        o = agent._obs({k: v for k, v in obs.items() if k != BASE_ACTION}, augment=False)
+        return torch.tanh(agent.base(agent.base_encoder(o))).numpy()
+
+
+def test_a_base_nothing_trains_after_cloning_is_kept_with_each_stored_observation(tmp_path, encoders):
+    from robot_rl.runtime.checkpoint import write_checkpoint
+
+    learner = _base_learner(encoders[0], tmp_path)
+    assert learner.keeps_base_actions and learner.replay.demo.obs_spec[BASE_ACTION] == ((6,), np.dtype(np.float32))
+    _steps(learner, 0, 12, demo=True)
+    before_cloning = learner.replay.demo._obs[BASE_ACTION][:13].copy()
+    learner.begin()  # cloning changes the base: every stored action is computed again
+    demo = learner.replay.demo
+    stored = {k: v[:13] for k, v in demo._obs.items()}
+    np.testing.assert_allclose(stored[BASE_ACTION], _base_at(learner.agent, stored), atol=1e-5)
+    assert not np.allclose(stored[BASE_ACTION], before_cloning, atol=1e-3)
+    _steps(learner, 100, 8, demo=False)  # online observations carry it as they come in
+    online = {k: v[:9].copy() for k, v in learner.replay.online._obs.items()}
+    np.testing.assert_allclose(online[BASE_ACTION], _base_at(learner.agent, online), atol=1e-5)
+    # an update reading the kept actions is the update that runs the base (up to rounding)
+    batch = learner.replay.sample(16)
+    twin = copy.deepcopy(learner.agent)
+    torch.manual_seed(1)  # the same noise and critic subsets for both
+    kept = learner.agent.update(batch)
+    torch.manual_seed(1)
+    ran = twin.update({**batch, **{k: {n: v for n, v in batch[k].items() if n != BASE_ACTION}
+                                   for k in ("obs", "next_obs")}})
+    for name in ("critic_loss", "actor_loss", "residual_deviation"):
+        assert float(kept[name]) == pytest.approx(float(ran[name]), rel=1e-4, abs=1e-6)
+    # a resume recomputes them from the checkpoint's base, or keeps them no more if the base trains on
+    ckpt = write_checkpoint(tmp_path, "step_000000008", learner.agent, learner.replay, {"env_steps": 8})
+    learner.replay.online._obs[BASE_ACTION][:] = 0
+    write_checkpoint(tmp_path, "zeroed", learner.agent, learner.replay, {"env_steps": 8})
+    again = _base_learner(encoders[0], tmp_path, str(tmp_path / "checkpoints" / "zeroed"))
+    np.testing.assert_allclose(again.replay.online._obs[BASE_ACTION][:9], online[BASE_ACTION], atol=1e-5)
+    training_on = _base_learner(encoders[0], tmp_path, str(ckpt), intervention_bc_steps=1)
+    assert not training_on.keeps_base_actions and BASE_ACTION not in training_on.replay.online.obs_spec
+    assert len(training_on.replay.online) == 8
+
+
+@pytest.mark.parametrize("learning, why", [({"intervention_bc_steps": 1}, "the human's corrections train the base"),
+                                           ({"pad": 2}, "an update shifts what the base reads")])
+def test_a_base_that_changes_is_run_in_each_update(tmp_path, encoders, learning, why):
+    learner = _base_learner(encoders[0], tmp_path, **learning)
+    assert not learner.keeps_base_actions, why
+    assert BASE_ACTION not in learner.replay.online.obs_spec

@@ -327,3 +327,22 @@ def test_add_rejects_bad_input_with_clear_message(mutate, pattern):
 def test_wrong_action_shape_is_refused():
     with pytest.raises(ValueError, match=r"action has shape \(2,\), expected \(3,\)"):
         ReplayBuffer(10, SPEC, A).add(Transition(make_obs(0, 0), np.zeros(2), 0.0, make_obs(0, 1), False, False))
+
+
+# ------------------------------------------------------------------ a key derived from the others
+def test_a_derived_key_is_recomputed_at_every_slot_sampled_with_its_observation_and_dropped(tmp_path):
+    m = mixed()
+    m.keep_derived("sum", ((1,), np.float32), lambda obs: obs["state"].sum(-1, keepdims=True) + 0.5)
+    for buf in (m.online, m.demo):
+        assert buf.obs_spec["sum"] == ((1,), np.dtype(np.float32))
+    batch = m.sample(32)
+    for key in ("obs", "next_obs"):  # each row's value is its own observation's, at obs and at next_obs
+        np.testing.assert_array_equal(batch[key]["sum"][:, 0], batch[key]["state"].sum(-1) + 0.5)
+    m.keep_derived("sum", ((1,), np.float32), lambda obs: obs["state"][:, :1] * 0)  # its function changed
+    assert not m.sample(32)["obs"]["sum"].any()
+    m.save(tmp_path / "mix")  # it travels with the buffers
+    assert MixedReplay.load(tmp_path / "mix").online.obs_spec["sum"] == ((1,), np.dtype(np.float32))
+    m.keep_derived("sum", None)
+    assert "sum" not in m.sample(8)["obs"] and "sum" not in m.demo.obs_spec
+    with pytest.raises(Exception, match="stores no key 'sum'"):
+        m.online.recompute("sum", lambda obs: obs["state"])

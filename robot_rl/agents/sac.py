@@ -24,7 +24,10 @@ order (each takes tensors and returns its loss and metrics), then the target net
                 the (normalised) actor loss, so the policy leaves the base only where Q
                 clearly pays for it (PegInsert dropped 1.00 -> 0.05 without it). With cameras the
                 base has its own image encoder (``base_encoder``), trained with it by cloning and
-                frozen with it: the critic's encoder moves on, the base's inputs do not.
+                frozen with it: the critic's encoder moves on, the base's inputs do not. A base
+                that nothing trains after cloning acts the same at a stored observation every
+                time, so the learner's replay keeps its action with it (``BASE_ACTION``,
+                ``stored_base_actions``) instead of each update computing it again.
     alpha     : automatic temperature, target entropy -|A|/2.
     grasp     : a discrete Q-head over {close, stay, open} for the gripper with a double-DQN
                 target and a small penalty for commands that toggle the gripper.
@@ -66,6 +69,7 @@ from robot_rl.errors import InputError
 
 # Gripper command <-> grasp-critic index, and the value written into action[6].
 GRASP_VALUES = np.array([1.0, 0.0, -1.0], dtype=np.float32)  # close, stay, open
+BASE_ACTION = "base_action"  # a stored observation's key: the frozen cloned base's motion action there
 
 
 def gripper_index(gripper_action: torch.Tensor) -> torch.Tensor:
@@ -231,6 +235,8 @@ class SACAgent(nn.Module):
         for cam in self.config.cameras:
             x = self._to_device(obs[cam])
             out[cam] = random_shift(x, pad) if augment and pad else x
+        if BASE_ACTION in obs:  # the base's action the replay keeps with the observation
+            out[BASE_ACTION] = self._to_device(obs[BASE_ACTION], torch.float32)
         return out
 
     def _batch(self, batch: dict) -> Batch:
@@ -253,41 +259,58 @@ class SACAgent(nn.Module):
         if self.base_encoder is not None:
             self.base_encoder.normalizer.fit(s)
 
-    def base_features(self, obs: dict[str, torch.Tensor], features: torch.Tensor) -> torch.Tensor:
-        """What the base reads: an external base's motion action itself (the end of the raw state),
-        else the cloned base's own encoder's features (with cameras), else ``features``."""
+    def base_motion(self, obs: dict[str, torch.Tensor], features: torch.Tensor) -> torch.Tensor:
+        """The frozen base's motion action at ``obs`` (no gradient): an external base's, which the
+        raw state ends with; a cloned base's as the replay stored it (``BASE_ACTION``), else from
+        its own encoder (with cameras) or from ``features``."""
         c = self.config
         if c.base_action_dim:
-            return obs["state"][:, c.state_dim - c.base_action_dim:][:, : c.motion_dim]
-        if self.base_encoder is None:
-            return features
+            return obs["state"][:, c.state_dim - c.base_action_dim:][:, : c.motion_dim].float()
+        if BASE_ACTION in obs:
+            return obs[BASE_ACTION]
         with torch.no_grad():
-            return self.base_encoder(obs)
+            return torch.tanh(self.base(self.base_encoder(obs) if self.base_encoder is not None else features))
+
+    @property
+    def base_is_fixed_per_observation(self) -> bool:
+        """Whether a cloned base, once cloning is over, gives one action per stored observation: it
+        reads its own frozen encoder (cameras), and no augmentation shifts what that encoder reads in
+        an update. The learner then keeps the action with the stored observation, unless it goes on
+        training the base (``intervention_bc_steps``)."""
+        pad = self.config.feature_augment_pad if self.frozen is not None else self.config.augment_pad
+        return self.base_encoder is not None and pad == 0
+
+    def base_action_spec(self) -> dict:
+        """The replay key for ``stored_base_actions``."""
+        return {BASE_ACTION: ((self.config.motion_dim,), np.dtype(np.float32))}
+
+    @torch.no_grad()
+    def stored_base_actions(self, obs: dict) -> np.ndarray:
+        """The cloned base's motion actions (float32 [N, motion_dim]) at a batch of observations as
+        the replay stores them (state, and cached features or images), what ``base_motion`` reads."""
+        obs_t = self._obs({k: v for k, v in obs.items() if k != BASE_ACTION}, augment=False)
+        return self.base_motion(obs_t, None).float().cpu().numpy()
 
     # ---- acting ------------------------------------------------------------------------
-    def policy(self, features: torch.Tensor, base_features: torch.Tensor | None = None,
+    def policy(self, features: torch.Tensor, base_motion: torch.Tensor | None = None,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Motion action: (sample, log_prob, deterministic). Adds the frozen base when residual
-        (reading ``base_features``, ``base_features()``'s, default ``features``)."""
+        """Motion action: (sample, log_prob, deterministic). Adds the frozen base's motion action
+        when residual: ``base_motion()``'s (default: the cloned base reading ``features``)."""
         action, log_prob, mean = self.actor.sample(features, generator)
         if not self.residual:
             return action, log_prob, mean
-        base = self.base_action(features if base_features is None else base_features)
+        if base_motion is None:
+            with torch.no_grad():
+                base_motion = torch.tanh(self.base(features))
         s = self.config.residual_scale
-        return (base + s * action).clamp(-1, 1), log_prob, (base + s * mean).clamp(-1, 1)
+        return (base_motion + s * action).clamp(-1, 1), log_prob, (base_motion + s * mean).clamp(-1, 1)
 
-    def mean_action(self, features: torch.Tensor, base_features: torch.Tensor) -> torch.Tensor:
+    def mean_action(self, features: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
         """The deterministic motion action, ``policy()``'s third output, without drawing noise."""
         mean = torch.tanh(self.actor(features)[0])
         if not self.residual:
             return mean
-        return (self.base_action(base_features) + self.config.residual_scale * mean).clamp(-1, 1)
-
-    def base_action(self, base_features: torch.Tensor) -> torch.Tensor:
-        """The frozen base's motion action from what ``base_features`` gives (no gradient)."""
-        if self.config.base_action_dim:
-            return base_features.float().detach()
-        return torch.tanh(self.base(base_features)).detach()
+        return (base_motion + self.config.residual_scale * mean).clamp(-1, 1)
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> np.ndarray:
@@ -295,11 +318,11 @@ class SACAgent(nn.Module):
         batched = {k: np.asarray(v)[None] for k, v in self.cache_features(obs).items()}
         obs_t = self._obs(batched, augment=False)
         features = self.encoder(obs_t)
-        base_features = self.base_features(obs_t, features)
+        base = self.base_motion(obs_t, features) if self.residual else None
         if deterministic:  # no noise drawn: evaluating never moves the exploration's stream
-            motion = self.mean_action(features, base_features)
+            motion = self.mean_action(features, base)
         else:
-            motion, _, _ = self.policy(features, base_features, self._act_noise)
+            motion, _, _ = self.policy(features, base, self._act_noise)
         out = np.zeros(self.config.action_dim, dtype=np.float32)
         out[: self.config.motion_dim] = motion[0].cpu().numpy()
         if self.grasp is not None:
@@ -322,16 +345,16 @@ class SACAgent(nn.Module):
         with torch.no_grad(), self._autocast():
             next_feat = self.encoder(b.next_obs)
             next_target_feat = self.target_encoder(b.next_obs)
-            next_base_feat = self.base_features(b.next_obs, next_feat)
+            next_base = self.base_motion(b.next_obs, next_feat) if self.residual else None
         with self._autocast():
             feat = self.encoder(b.obs)
 
-        base_feat = None  # what the cloned base reads at obs: CQL's term samples the policy there
-        if c.conservative_weight > 0:
+        base = None  # the base's motion action at obs: CQL's term samples the policy there
+        if c.conservative_weight > 0 and self.residual:
             with torch.no_grad(), self._autocast():
-                base_feat = self.base_features(b.obs, feat.detach())
+                base = self.base_motion(b.obs, feat.detach())
         loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
-                                         next_target_feat, next_base_feat, base_feat)
+                                         next_target_feat, next_base, base)
         _step(self.critic_opt, loss)
         feat = feat.detach()
         if self.grasp is not None:
@@ -340,10 +363,10 @@ class SACAgent(nn.Module):
             _step(self.grasp_opt, loss)
             metrics.update(grasp_metrics)
         if update_actor:
-            if base_feat is None:
+            if base is None and self.residual:
                 with self._autocast():
-                    base_feat = self.base_features(b.obs, feat)
-            loss, log_prob, actor_metrics = self.actor_loss(feat, base_feat, b.action[:, : c.motion_dim], b.demo_rows)
+                    base = self.base_motion(b.obs, feat)
+            loss, log_prob, actor_metrics = self.actor_loss(feat, base, b.action[:, : c.motion_dim], b.demo_rows)
             _step(self.actor_opt, loss)
             _step(self.alpha_opt, self.temperature_loss(log_prob))
             metrics.update(actor_metrics, alpha=self.alpha.detach())
@@ -352,16 +375,16 @@ class SACAgent(nn.Module):
         return metrics
 
     def critic_loss(self, feat: torch.Tensor, motion: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
-                    next_feat: torch.Tensor, next_target_feat: torch.Tensor, next_base_feat: torch.Tensor,
-                    base_feat: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+                    next_feat: torch.Tensor, next_target_feat: torch.Tensor, next_base: torch.Tensor | None,
+                    base: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Each critic regresses on r + bootstrap * min over a random subset of the target critics
         (REDQ) at the policy's next action (minus alpha * log pi with ``backup_entropy``), clipped
         to ``max_return``, the most an episode can return (HER's clip: with a success reward of 1
         that ends the episode, a target above 1 is the critics' own overestimate fed back); plus,
-        with ``conservative_weight``, CQL's term (``base_feat``: the base's features at obs)."""
+        with ``conservative_weight``, CQL's term (``next_base``, ``base``: the base's motion actions at next_obs and obs, when residual)."""
         c = self.config
         with torch.no_grad(), self._autocast():
-            next_action, next_log_prob, _ = self.policy(next_feat, next_base_feat)
+            next_action, next_log_prob, _ = self.policy(next_feat, next_base)
             subset = torch.randperm(c.num_critics)[: c.num_target_critics]
             target_q = self.target_critic(next_target_feat, next_action, members=subset).min(0).values.float()
             if c.backup_entropy:
@@ -374,12 +397,12 @@ class SACAgent(nn.Module):
         loss = ((q - y) ** 2).mean(1).sum()
         metrics = {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
         if c.conservative_weight > 0:
-            penalty = self.conservative_penalty(feat, base_feat, q)
+            penalty = self.conservative_penalty(feat, base, q)
             loss = loss + c.conservative_weight * penalty
             metrics["conservative_penalty"] = penalty.detach()
         return loss, metrics
 
-    def conservative_penalty(self, feat: torch.Tensor, base_feat: torch.Tensor, q_data: torch.Tensor,
+    def conservative_penalty(self, feat: torch.Tensor, base: torch.Tensor | None, q_data: torch.Tensor,
                              samples: int = 4) -> torch.Tensor:
         """CQL's term (Kumar et al. 2020): per critic, the soft maximum of Q over actions the data
         did not take (``samples`` uniform and ``samples`` of the policy's, per state) minus Q at
@@ -390,7 +413,7 @@ class SACAgent(nn.Module):
         repeated = feat.repeat_interleave(samples, 0)
         with torch.no_grad(), self._autocast():
             policy_actions, _, _ = self.policy(feat.detach().repeat_interleave(samples, 0),
-                                               base_feat.repeat_interleave(samples, 0))
+                                               base.repeat_interleave(samples, 0) if base is not None else None)
         uniform = torch.rand(batch * samples, dim, device=feat.device) * 2 - 1
         with self._autocast():
             q_off = self.critic(repeated.repeat(2, 1), torch.cat([uniform, policy_actions])).float()
@@ -429,7 +452,7 @@ class SACAgent(nn.Module):
             loss = loss + ((q_all[demo_rows] + margin).max(-1).values - q[demo_rows]).mean()
         return loss, {"grasp_loss": loss.detach()}
 
-    def actor_loss(self, feat: torch.Tensor, base_feat: torch.Tensor, motion: torch.Tensor,
+    def actor_loss(self, feat: torch.Tensor, base: torch.Tensor | None, motion: torch.Tensor,
                    demo_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """SAC's actor term, mean(alpha * log pi - Q(s, pi(s))) with Q read through the action
         alone, plus the imitation terms, in one formula:
@@ -444,7 +467,7 @@ class SACAgent(nn.Module):
         weighting never changes from batch to batch. Returns (loss, log pi, metrics)."""
         c = self.config
         with self._autocast():
-            action, log_prob, mean = self.policy(feat, base_feat)
+            action, log_prob, mean = self.policy(feat, base)
             with weights_without_grad(self.critic):
                 q = self.critic(feat, action).float().mean(0)
         log_prob, mean = log_prob.float(), mean.float()
@@ -462,9 +485,7 @@ class SACAgent(nn.Module):
         deviation = zero
         residual_penalty = c.residual_penalty if self.residual else 0.0
         if residual_penalty > 0:
-            with self._autocast():
-                base = self.base_action(base_feat).float()
-            deviation = ((mean - base) ** 2).sum(-1).mean()
+            deviation = ((mean - base.float()) ** 2).sum(-1).mean()
         imitation = c.bc_weight > 0 or residual_penalty > 0
         q_scale = q.abs().mean().detach().clamp_min(1e-3) if imitation else 1
         loss = (self.alpha.detach() * log_prob - q).mean() / q_scale + c.bc_weight * bc + residual_penalty * deviation

@@ -176,6 +176,28 @@ class ReplayBuffer:
         self._episode_open = False
         self._cursor = (self._cursor + 1) % self.capacity
 
+    def recompute(self, key: str, compute, chunk: int = 1024) -> None:
+        """Rewrite ``key`` at every written slot from the slot's other keys (``compute``: a batch of
+        stored observations -> that key's values), in chunks of ``chunk`` slots: for a key derived
+        from the others whose function has changed (``MixedReplay.keep_derived``)."""
+        if key not in self._obs:
+            raise InputError(f"this buffer stores no key {key!r} (its keys: {sorted(self.obs_spec)})")
+        used = min(self._slots_written, self.capacity)
+        for start in range(0, used, chunk):
+            rows = slice(start, min(start + chunk, used))
+            self._obs[key][rows] = compute({k: v[rows] for k, v in self._obs.items() if k != key})
+
+    def set_key(self, key: str, spec: tuple | None) -> None:
+        """Store ``key`` from now on (``spec``: (shape, dtype), zeros until written or recomputed),
+        or, with ``spec`` None, no longer."""
+        if spec is None:
+            self.obs_spec.pop(key, None)
+            self._obs.pop(key, None)
+        elif key not in self._obs:
+            (self.obs_spec[key],) = _normalize_spec({key: spec}).values()
+            shape, dtype = self.obs_spec[key]
+            self._obs[key] = np.zeros((self.capacity, *shape), dtype)
+
     # --------------------------------------------------------------- sampling
     def __len__(self) -> int:
         return int(np.count_nonzero(self._valid))
@@ -440,6 +462,15 @@ class MixedReplay:
         for buf in (self.online, self.demo):
             buf.set_goal_layout(layout)
         self.goal_relabel = float(fraction)
+
+    def keep_derived(self, key: str, spec: tuple | None, compute=None) -> None:
+        """Keep ``key`` (``spec``: (shape, dtype)) in both buffers as ``compute`` gives it from a
+        batch of the other stored keys, recomputed now at every stored slot; new observations get
+        it from ``encode``. ``spec`` None: keep it no more."""
+        for buf in (self.online, self.demo):
+            buf.set_key(key, spec)
+            if spec is not None:
+                buf.recompute(key, compute)
 
     def close_episodes(self) -> None:
         """Close the episode open in either buffer (e.g. on resume: the env starts afresh)."""

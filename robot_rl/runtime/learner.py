@@ -43,7 +43,9 @@ from pathlib import Path
 
 import torch
 
-from robot_rl.agents.sac import SACAgent, SACConfig, metrics_to_floats
+import numpy as np
+
+from robot_rl.agents.sac import BASE_ACTION, SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig
 from robot_rl.config_values import config_from_dict
 from robot_rl.errors import UserFacingError
@@ -95,6 +97,8 @@ class Learner:
         # intervention_bc_steps behaviour-cloning steps on the demo buffer per human step received
         self.human_steps_received = 0
         self.human_bc_steps = 0
+        # a cloned base nothing trains after cloning: the replay keeps its action with each observation
+        self.keeps_base_actions = BASE_ACTION in replay.online.obs_spec
 
     def resume_from(self, agent: SACAgent) -> None:
         """Go on from a trained agent (a checkpoint's): it is past pre-training and its state
@@ -156,12 +160,20 @@ class Learner:
             for step in range(1, cloning + 1):
                 self._record({"bc": self.agent.pretrain_actor(self.replay.demo.sample(c.batch_size))})
                 progress.update(step)
+            self.store_base_actions()  # the base is final: its actions at the demos
             progress = ProgressLines("learner: critic warm-up on the demos", c.critic_warmup_steps, log=_say)
             for step in range(1, c.critic_warmup_steps + 1):
                 self._record(self.agent.update(self._sample(), update_actor=False))
                 progress.update(step)
         self.started = True
         self.publish_weights()
+
+    def store_base_actions(self) -> None:
+        """The cloned base has changed for the last time (cloning is over, its normaliser fitted):
+        its action at every stored observation, kept with it, so no update computes it again."""
+        if self.keeps_base_actions:
+            self.replay.keep_derived(BASE_ACTION, self.agent.base_action_spec()[BASE_ACTION],
+                                     self.agent.stored_base_actions)
 
     def take(self, msg: Message) -> int:
         """Handle one message; after an online transition, do every update it makes owed at once.
@@ -221,6 +233,7 @@ class Learner:
         if not self.normalizer_fitted:  # no demos: fit on the first online data, once
             self.agent.fit_normalizer(self.replay.online.sample(min(5000, len(self.replay.online)))["obs"]["state"])
             self.normalizer_fitted = True
+            self.store_base_actions()
         step = self.online_updates
         actor_turn = (step % self.agent.config.critic_actor_ratio == 0
                       and self.online_received >= self.config.actor_delay)
@@ -294,19 +307,41 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
         agent = load_agent(Path(resume_from) / "agent.safetensors", device=agent_config.device, config=agent_config)
     else:
         agent = SACAgent(agent_config)
-    # with a frozen backbone, frames become its features as they enter the replay
-    encode = agent.cache_features if agent.frozen is not None else None
+    # a goal relabelled in a batch's states would need the base's action at the new goal: not kept then
+    keep_base = agent.base_is_fixed_per_observation and config.intervention_bc_steps == 0 and not goal_relabel
+    base_spec = agent.base_action_spec() if keep_base else {}
+    encode = replay_encoding(agent, keep_base)
     if resume_from:
         replay = load_replay(Path(resume_from), agent.frozen_sha, encode)
         replay.close_episodes()  # the env starts a new episode: never join it on to the saved one
+        # the checkpoint's base is final: its actions recomputed (or no longer kept, if it trains on)
+        replay.keep_derived(BASE_ACTION, base_spec.get(BASE_ACTION), agent.stored_base_actions)
     else:
-        act, spec, features = agent.config.action_dim, agent.replay_spec(obs_spec), agent.frozen_sha
+        act, spec, features = agent.config.action_dim, {**agent.replay_spec(obs_spec), **base_spec}, agent.frozen_sha
         replay = MixedReplay(ReplayBuffer(config.replay_capacity, spec, act, seed=config.seed, features=features),
                              ReplayBuffer(config.demo_capacity, spec, act, seed=config.seed + 1, features=features),
                              config.demo_fraction, encode=encode)
     replay.takeover_penalty = config.takeover_penalty  # a resumed run takes the current one
     replay.set_goal_relabel(goal, goal_relabel)
     return Learner(config, agent, replay, endpoint, run_dir)
+
+
+def replay_encoding(agent: SACAgent, keep_base: bool):
+    """What an observation becomes as it enters the replay (None: itself): with a frozen backbone
+    its frames become the backbone's features; with ``keep_base`` it carries the cloned base's
+    motion action (``BASE_ACTION``: a base nothing trains after cloning acts the same there every
+    time, so an update reads it instead of running the base again)."""
+    if agent.frozen is None and not keep_base:
+        return None
+
+    def encode(obs: dict) -> dict:
+        stored = agent.cache_features(obs)
+        if not keep_base:
+            return stored
+        base = agent.stored_base_actions({k: np.asarray(v)[None] for k, v in stored.items()})[0]
+        return {**stored, BASE_ACTION: base}
+
+    return encode
 
 
 @dataclass
