@@ -72,7 +72,8 @@ def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_p
     job = main_job.new_job(MainJobConfig(image_size=96, run_dir=str(run)), log=lambda line: None)
     calls = []
     job.robot_rl = lambda *args, **kwargs: calls.append(args)
-    main_job.record_data(job)
+    main_job.record_demos(job)
+    main_job.record_classifier_takes(job)
     main_job.train_round_1(job)
     main_job._rollouts(job, "rollouts.zarr", 1)
     assert [args[:2] for args in calls] == [("record", "--task")] * 3 + [("train", "--task"), ("record", "--task")]
@@ -136,6 +137,10 @@ def a_main_job_folder(tmp_path: Path, **changes) -> Path:
     (lambda tmp: a_main_job_folder(tmp, config={"task": "PickCube", "human": 3}), "must be a number in [0, 1]"),
     (lambda tmp: a_main_job_folder(tmp, stages={"report": {"wall_s": 1}}), "a stage is recorded finished after one "
                                                                           "that is not"),
+    (lambda tmp: a_main_job_folder(tmp, stages={n: {"wall_s": 1} for n in ("record", "classifier", "encoder", "check")}),
+     "a stage is recorded finished after one that is not"),
+    (lambda tmp: a_main_job_folder(tmp, stages={n: {"wall_s": 1} for n in ("classifier", "encoder")}),
+     "a stage is recorded finished after one that is not"),
     (lambda tmp: a_main_job_folder(tmp, stages={"deploy": {"wall_s": 1}}), "names stages this job does not have (deploy)"),
     (lambda tmp: a_main_job_folder(tmp, stages={"record": {"wall_s": 1}}), "demos.zarr: it is not there; it is an output "
                                                                           "of a finished stage"),
@@ -146,6 +151,23 @@ def test_a_bad_resume_is_one_line_and_changes_nothing(tmp_path, capsys, make, sa
     assert main(["main", "--resume", str(run)]) == 2
     assert says in one_line_error(capsys.readouterr().err)
     assert snapshot(tmp_path) == before
+
+
+def test_side_by_side_stages_may_have_finished_in_either_order(tmp_path, monkeypatch):
+    """The classifier's stage and the encoder's run side by side: a job stopped with the encoder's
+    finished and the classifier's not goes on from the classifier's (its finished stages verified)."""
+    from robot_rl.commands import main_job
+
+    verified = []
+    for name in ("verify_demos", "verify_encoder"):
+        monkeypatch.setattr(main_job, name, lambda job, name=name: verified.append(name))
+    run = a_main_job_folder(tmp_path, stages={n: {"wall_s": 1} for n in ("record", "encoder")})
+    lines = []
+    job = main_job.resume(run, log=lines.append)
+    assert lines == [f"resuming {run}: stages 1, 3 finished and verified; going on from stage 2 of 7"]
+    assert verified == ["verify_demos", "verify_encoder"]
+    assert [[stage.name for _, stage in group] for group in job.groups()] == [
+        ["record"], ["classifier", "encoder"], ["round1"], ["check"], ["round2"], ["report"]]
 
 
 def test_a_damaged_record_is_one_line_naming_it(tmp_path, capsys):
@@ -249,7 +271,8 @@ def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
     assert job.returncode == 128 + signal.SIGTERM, "".join(seen) + out + err
     assert f"go on with robot-rl main --resume {run}" in err
     record = json.loads((run / "main_job.json").read_text())
-    assert list(record["stages"]) == ["record", "classifier", "encoder"]  # round 1 was cut off
+    assert sorted(record["stages"]) == ["classifier", "encoder", "record"]  # round 1 was cut off
+    assert record["stages"]["encoder"]["side_by_side"] == ["classifier", "encoder"]
     assert record["machine"]["cores"] >= 1 and record["machine"]["torch_cpu_capability"]  # what the wall times mean
     assert (run / "checkpoints").is_dir()
 
@@ -260,7 +283,7 @@ def test_a_main_job_stopped_in_its_first_round_goes_on_from_there(tmp_path):
     assert "== stage 1 of 7" not in out and "== stage 4 of 7" in out
     assert f"resuming {run} from step_" in out  # round 1 went on from its checkpoint, not from the start
     record = json.loads((run / "main_job.json").read_text())
-    assert list(record["stages"]) == ["record", "classifier", "encoder", "round1", "check", "round2", "report"]
+    assert sorted(record["stages"]) == sorted(["record", "classifier", "encoder", "round1", "check", "round2", "report"])
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 200 and summary["final"] is not None and summary["job_wall_s"] > 0
     assert (run / "report.md").is_file()
@@ -299,3 +322,88 @@ def test_every_tasks_main_job_settings_are_ones_the_commands_take():
             key, _, value = setting.partition("=")
             assert key in settings and value, (name, setting)
     assert TASKS["PegInsertHard"].main_job_encoder == "bc_goal" and TASKS["PickCube"].main_job_encoder == "bc"
+
+
+# ------------------------------------------------------------------ stages side by side
+class _Commands:
+    """Stands in for the child processes: records each command's environment, exits 0 at once."""
+
+    def __init__(self, monkeypatch):
+        from robot_rl.commands import main_job_runner
+
+        self.envs = []
+        commands = self
+
+        class Done:
+            stdout, returncode = iter(()), 0
+
+            def __init__(self, args, env, **kwargs):
+                commands.envs.append(env)
+
+            def wait(self):
+                return 0
+
+            def poll(self):
+                return 0
+
+        monkeypatch.setattr(main_job_runner.subprocess, "Popen", Done)
+
+
+def _runner(tmp_path, stages):
+    from robot_rl.commands.main_job_runner import StageRunner
+
+    class Job(StageRunner):
+        pass
+
+    job = Job(tmp_path, {"stages": {}}, log=lambda line: None)
+    job.stages = stages
+    return job
+
+
+def _stage(name, run, side_by_side=False):
+    from robot_rl.commands.main_job_runner import Stage
+
+    return Stage(name, lambda j: name, lambda j: "soon", run, lambda j: None, side_by_side=side_by_side)
+
+
+def test_side_by_side_stages_run_at_once_with_one_torch_thread_each_and_record_it(tmp_path, monkeypatch):
+    import threading
+
+    commands = _Commands(monkeypatch)
+    started = {name: threading.Event() for name in ("a", "b")}
+
+    def meets(me, other):  # each waits for the other to have started: they run at once, or fail
+        def run(job):
+            started[me].set()
+            assert started[other].wait(60), f"stage {other} did not run beside stage {me}"
+            job.robot_rl("--version")
+        return run
+
+    order = []
+    job = _runner(tmp_path, [_stage("first", lambda j: order.append("first")), _stage("a", meets("a", "b"), True),
+                             _stage("b", meets("b", "a"), True), _stage("last", lambda j: j.robot_rl("--version"))])
+    job.run_stages()
+    assert [env.get("OMP_NUM_THREADS") for env in commands.envs[:2]] == ["1", "1"]
+    assert commands.envs[2].get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")  # alone: as the job's
+    record = json.loads((tmp_path / "main_job.json").read_text())["stages"]
+    assert record["a"]["side_by_side"] == record["b"]["side_by_side"] == ["a", "b"] and "side_by_side" not in record["last"]
+    assert job.wall_s == pytest.approx(sum(record[n]["wall_s"] for n in ("first", "last")) +
+                                       max(record["a"]["wall_s"], record["b"]["wall_s"]))
+
+
+def test_a_failed_stage_stops_the_one_beside_it_and_is_the_error_raised(tmp_path, monkeypatch):
+    from robot_rl.commands.main_job_runner import StageFailed
+
+    commands = _Commands(monkeypatch)
+
+    def fails(job):
+        raise StageFailed("stage 1 of 3 (a) failed: robot-rl record exited with status 1")
+
+    def goes_on(job):
+        assert job._beside_failed.wait(60)
+        job.robot_rl("--version")  # what it would have run next
+
+    job = _runner(tmp_path, [_stage("a", fails, True), _stage("b", goes_on, True), _stage("c", goes_on)])
+    with pytest.raises(StageFailed, match=r"\(a\) failed"):
+        job.run_stages()
+    assert commands.envs == [] and not (tmp_path / "main_job.json").exists()  # b started nothing; c never ran

@@ -6,16 +6,17 @@ as the stage table (docs/training.md, "The main job"); each stage is a function 
 that runs ``robot-rl`` commands (each printed as it starts, so a lab can run the same on its
 cell) and writes its outputs into the run folder:
 
-1. ``record_data``: 20 demonstrations with images (an SO-101 trained through ``so101_sim``
-   records them through that stack), and the success classifier's data: 20
-   successful takes, each then carrying the object about and up through the workspace (half of
-   them letting go of it), and 20 failed takes, each then moving the arm about without it ->
-   ``demos.zarr``, ``classifier_successes.zarr``, ``classifier_failures.zarr``.
-2. ``train_success_classifier``: calibrated for 1 % false positives on held-out episodes, the
-   reward firing on 2 positive frames in a row -> ``classifier/``.
+1. ``record_demos``: 20 demonstrations with images (an SO-101 trained through ``so101_sim``
+   records them through that stack) -> ``demos.zarr``.
+2. ``train_success_classifier``: its data first, 20 successful takes, each then carrying the
+   object about and up through the workspace (half of them letting go of it), and 20 failed
+   takes, each then moving the arm about without it (``classifier_successes.zarr``,
+   ``classifier_failures.zarr``); then the classifier, calibrated for 1 % false positives on
+   held-out episodes, the reward firing on 2 positive frames in a row -> ``classifier/``.
 3. ``pretrain_image_encoder`` (pixels only): the frozen backbone, behaviour cloning on the
    demonstrations, on a hard task also their end poses (one fixed objective per task, the same
-   encoder on any machine) -> ``encoder/``.
+   encoder on any machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run
+   side by side, one on each core (one torch thread each).
 4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
    sim's ground truth, and the simulated human, whose takeovers are flagged and learned from
    -> checkpoints in the run folder.
@@ -59,7 +60,7 @@ from robot_rl.runtime.device import machine
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
 TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
 SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 300, "rollouts_final": 400}
-STEP_MS = {"state": 80, "pixels": 90}  # a training env step with its updates (UTD 2) and evaluations, 2 CPU cores
+STEP_MS = {"state": 70, "pixels": 70}  # a training env step with its updates (UTD 2) and evaluations, 2 CPU cores
 
 
 # ------------------------------------------------------------------ the job
@@ -119,17 +120,22 @@ class MainJob(StageRunner):
         return self.path(self.record.get("classifier", "classifier"))
 
 
-# ------------------------------------------------------------------ stage 1: data
-def record_data(job: MainJob) -> None:
-    """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras), and the
-    classifier's successful and failed takes (its cameras), at --image-size (64x64)."""
-    cfg, task = job.cfg, job.cfg.task_name
+# ------------------------------------------------------------------ stage 1: the demonstrations
+def record_demos(job: MainJob) -> None:
+    """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras, at --image-size)."""
+    cfg = job.cfg
     if job.demos_through_the_stack:
         record_demos_through_the_stack(job)
     else:  # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
-        job.robot_rl("record", "--task", task, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
+        job.robot_rl("record", "--task", cfg.task_name, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
                      str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", str(cfg.image_size),
                      "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
+
+
+def record_classifier_takes(job: MainJob) -> None:
+    """In: the task and its scripted expert. Out: the classifier's successful and failed takes (its
+    cameras, at --image-size)."""
+    cfg, task = job.cfg, job.cfg.task_name
     takes = ["--images", "--image-size", str(cfg.image_size), "--cameras", *job.classifier_cameras,
              "--episodes", str(cfg.takes), "--hold-motion", "0.4", "--hold-rise", "0.3"]
     job.robot_rl("record", "--task", task, "--noise", "0.1", "--seed", str(SEEDS["successes"]), "--successful-only",
@@ -153,15 +159,14 @@ def record_demos_through_the_stack(job: MainJob) -> None:
     remove_path(folder)  # the stack's pty link, calibration, logs and its idle learner's checkpoints
 
 
-def verify_data(job: MainJob) -> None:
-    for name, episodes in (("demos.zarr", job.cfg.demos), ("classifier_successes.zarr", job.cfg.takes),
-                           ("classifier_failures.zarr", job.cfg.takes)):
-        verify_store(job, name, episodes)
+def verify_demos(job: MainJob) -> None:
+    verify_store(job, "demos.zarr", job.cfg.demos)
 
 
 # ------------------------------------------------------------------ stage 2: the reward
 def train_success_classifier(job: MainJob) -> None:
-    """In: the classifier's takes. Out: classifier/ (weights, calibration, report.json)."""
+    """In: the task. Out: the classifier's takes, and classifier/ (weights, calibration, report.json)."""
+    record_classifier_takes(job)
     job.robot_rl("classifier", "train", "--data", job.path("classifier_successes.zarr"),
                  "--data", job.path("classifier_failures.zarr"), "--steps", str(job.cfg.classifier_steps),
                  "--consecutive", "2", "--target-fpr", str(TARGET_FPR), "--out", job.path("classifier"))
@@ -171,6 +176,12 @@ def verify_classifier(job: MainJob, name: str = "classifier") -> None:
     from robot_rl.reward.classifier import load_classifier
 
     _verified(job, name, lambda: load_classifier(job.path(name)))
+
+
+def verify_takes_and_classifier(job: MainJob) -> None:
+    for name in ("classifier_successes.zarr", "classifier_failures.zarr"):
+        verify_store(job, name, job.cfg.takes)
+    verify_classifier(job)
 
 
 # ------------------------------------------------------------------ stage 3: the image encoder
@@ -348,19 +359,23 @@ def verify_report(job: MainJob) -> None:
 def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
     cloned = ", its corrections cloned into the base" if job.task.clone_corrections else ""
+    # the encoder's pretraining needs the demonstrations alone, the classifier nothing of the policy's:
+    # side by side, one on each core (measured: docs/CALIBRATION.md)
+    beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
     # the task's own UTD and agent settings
     recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.task.main_job_agent)
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
-                                  f" and the classifier's {2 * cfg.takes} takes (scripted expert, cameras at "
-                                  f"{cfg.image_size}x{cfg.image_size})",
-              lambda j: "about 2 min" if j.demos_through_the_stack else "about 1 min", record_data,
-              verify_data, ("demos.zarr", "classifier_successes.zarr", "classifier_failures.zarr", "demos_stack")),
-        Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
-                                      "for 1% false positives", lambda j: about_minutes(cfg.classifier_steps * 0.09),
-              train_success_classifier, verify_classifier, ("classifier",)),
+                                  f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size})",
+              lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
+              verify_demos, ("demos.zarr", "demos_stack")),
+        Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
+                                      f"train it ({cfg.classifier_steps} steps) and calibrate it for 1% false positives",
+              lambda j: about_minutes(45 + cfg.classifier_steps * (0.05 if beside else 0.035)),
+              train_success_classifier, verify_takes_and_classifier,
+              ("classifier_successes.zarr", "classifier_failures.zarr", "classifier"), side_by_side=beside),
     ]
     if cfg.stack == "ros":
         return stages + [
@@ -384,8 +399,8 @@ def stages_of(job: MainJob) -> list[Stage]:
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
                                                  "demonstrations" + (", and their end poses" if j.task.main_job_encoder
                                                                      == "bc_goal" else "") + ")",
-                            lambda j: "about 2 min", pretrain_image_encoder,
-                            verify_encoder, ("encoder",)))
+                            lambda j: "about 3 min", pretrain_image_encoder,
+                            verify_encoder, ("encoder",), side_by_side=True))
     ms = STEP_MS[cfg.observation] * max(job.task.main_job_utd, 1.0) / 2  # the learner sets the pace
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task_name} from {cfg.observation} for {j.round1} env steps with the "
@@ -526,16 +541,21 @@ def resume(run: Path, log: Callable[[str], None] = print) -> MainJob:
     unknown = [name for name in record["stages"] if name not in names]
     if unknown:
         raise MainJobError(f"{file} names stages this job does not have ({', '.join(unknown)}); nothing was changed")
-    finished = [k for k, stage in enumerate(job.stages) if stage.name in record["stages"]]
-    if finished != list(range(len(finished))):
+    groups = [[stage.name in record["stages"] for _, stage in group] for group in job.groups()]
+    whole = next((g for g, done in enumerate(groups) if not all(done)), len(groups))  # groups finished first
+    if any(any(done) for done in groups[whole + 1:]):  # (side-by-side stages finish in either order)
         raise MainJobError(f"{file}: a stage is recorded finished after one that is not; nothing was changed")
-    for stage in job.stages[:len(finished)]:
-        stage.verify(job)
+    finished = [k for k, stage in enumerate(job.stages, start=1) if stage.name in record["stages"]]
+    for stage in job.stages:
+        if stage.name in record["stages"]:
+            stage.verify(job)
     if len(finished) == len(job.stages):
         log(f"{run}: every stage of the main job is finished and verifies; nothing to do")
     else:
-        log(f"resuming {run}: stages 1-{len(finished)} finished and verified; going on from stage "
-            f"{len(finished) + 1} of {len(job.stages)}" if finished else
+        first = next(k for k in range(1, len(job.stages) + 1) if k not in finished)
+        listed = f"1-{finished[-1]}" if finished == list(range(1, len(finished) + 1)) else ", ".join(map(str, finished))
+        log(f"resuming {run}: stages {listed} finished and verified; going on from stage {first} of "
+            f"{len(job.stages)}" if finished else
             f"resuming {run}: no stage was finished; starting from stage 1 of {len(job.stages)}")
     return job
 
@@ -544,8 +564,11 @@ def print_plan(cfg: MainJobConfig | None = None, resume_run: str | None = None,
                log: Callable[[str], None] = print) -> None:
     """``robot-rl main --plan``: the stages and their expected times; nothing is written."""
     job = resume(Path(resume_run), log) if resume_run else new_job(cfg or MainJobConfig(), log)
+    beside = {stage.name: [k for k, _ in group] for group in job.groups() for _, stage in group if len(group) > 1}
     for k, stage in enumerate(job.stages, start=1):
         state = "finished" if stage.name in job.record["stages"] else f"expected {stage.expected(job)}"
+        if stage.name in beside:
+            state += f"; side by side: stages {' and '.join(map(str, beside[stage.name]))}"
         log(f"stage {k} of {len(job.stages)}: {stage.title(job)} ({state})")
 
 
