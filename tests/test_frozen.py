@@ -667,3 +667,19 @@ def test_a_base_that_changes_is_run_in_each_update(tmp_path, encoders, learning,
     learner = _base_learner(encoders[0], tmp_path, **learning)
     assert not learner.keeps_base_actions, why
     assert BASE_ACTION not in learner.replay.online.obs_spec
+
+
+def test_a_learner_resumed_from_another_agent_keeps_that_agents_base_actions(tmp_path, encoders):
+    """The ROS learner node builds its learner, then resumes it from a checkpoint's agent: what
+    enters the replay after (its demonstrations) carries that agent's base's actions, and what
+    was stored before is recomputed with it."""
+    learner = _base_learner(encoders[0], tmp_path)
+    _steps(learner, 0, 4, demo=True)
+    trained = copy.deepcopy(learner.agent)
+    with torch.no_grad():
+        for p in trained.base.parameters():
+            p.add_(0.5)
+    learner.resume_from(trained)
+    _steps(learner, 50, 6, demo=True)
+    stored = {k: v[:12] for k, v in learner.replay.demo._obs.items()}
+    np.testing.assert_allclose(stored[BASE_ACTION], _base_at(trained, stored), atol=1e-5)

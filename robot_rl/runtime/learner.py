@@ -41,9 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 import numpy as np
+import torch
 
 from robot_rl.agents.sac import BASE_ACTION, SACAgent, SACConfig, metrics_to_floats
 from robot_rl.config import LearningConfig, TrainConfig
@@ -103,10 +102,14 @@ class Learner:
     def resume_from(self, agent: SACAgent) -> None:
         """Go on from a trained agent (a checkpoint's): it is past pre-training and its state
         normaliser is fitted; the updates owed for the online transitions received so far count
-        as done."""
+        as done. What enters the replay from now on is encoded by it (its base's actions, where
+        kept, recomputed at what is stored already)."""
         self.agent = agent
         self.started = self.normalizer_fitted = True
         self.online_updates = int(self.config.utd * self.online_received)
+        if self.replay.encode is not None:
+            self.replay.encode = replay_encoding(agent, self.keeps_base_actions)
+        self.store_base_actions()
 
     def reloaded_online(self, transitions: int) -> None:
         """``transitions`` online transitions were put into the replay directly (reloaded from a
