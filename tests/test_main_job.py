@@ -407,3 +407,19 @@ def test_a_failed_stage_stops_the_one_beside_it_and_is_the_error_raised(tmp_path
     with pytest.raises(StageFailed, match=r"\(a\) failed"):
         job.run_stages()
     assert commands.envs == [] and not (tmp_path / "main_job.json").exists()  # b started nothing; c never ran
+
+
+def test_a_job_stopped_between_two_commands_starts_no_other(tmp_path, monkeypatch):
+    from robot_rl.commands.main_job_runner import JobStopped
+
+    commands = _Commands(monkeypatch)
+
+    def two_commands(job):
+        job.robot_rl("--version")
+        job.stop(signal.SIGTERM)  # the signal comes while no command runs
+        job.robot_rl("--version")
+
+    job = _runner(tmp_path, [_stage("a", two_commands)])
+    with pytest.raises(JobStopped):
+        job.run_stages()
+    assert len(commands.envs) == 1

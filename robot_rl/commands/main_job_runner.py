@@ -108,6 +108,8 @@ class StageRunner:
         after each PROGRESS_EVERY_S without one); returns its last line. A failure raises
         StageFailed, a stop signal JobStopped once the child has stopped."""
         stage = self.current
+        if self.stop_signal is not None:  # stopped between two commands: the next one never starts
+            raise JobStopped(self.stop_signal, self.run)
         if self._beside_failed.is_set():
             raise StageFailed(f"stage {stage.number} of {len(self.stages)} ({stage.title}) stopped: the stage beside "
                               f"it failed (its output is above); go on with robot-rl main --resume {self.run}")
