@@ -88,6 +88,13 @@ class Task:
     # pretrain --objective`): bc, or bc_goal where the goal is small in the image and actions
     # alone teach the backbone little of where it is (docs/CALIBRATION.md).
     main_job_encoder: str = "bc"
+    # The main job's training steps of the success classifier (its retraining takes as many) and of
+    # the frozen encoder's pretraining: stages 2 and 3, side by side, set its start's wall time.
+    main_job_classifier_steps: int = 2000
+    main_job_encoder_steps: int = 1000
+    # Whether the main job's learner runs its forward passes under bf16 autocast where the CPU has
+    # bf16 units (AVX512-BF16 or AMX): 1.25x on the update, measured to keep this task's finals.
+    main_job_bf16: bool = False
 
     @classmethod
     def description(cls) -> str:
@@ -270,6 +277,11 @@ class PegInsertHard(PegInsert):
     # against 0.98 / 0.98 / 0.90 (16,000 steps at UTD 1: 1.00 / 0.98 / 0.84, 14:20-15:17;
     # docs/CALIBRATION.md, 2026-12-01)
     main_job_utd = 1.0
+    # stages 2 and 3 at half their steps, the learner in bf16 where the CPU has the units: the job's
+    # 15 minutes on 2 cores (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
+    main_job_classifier_steps = 1000
+    main_job_encoder_steps = 500
+    main_job_bf16 = True
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:

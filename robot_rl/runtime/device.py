@@ -30,6 +30,19 @@ def found_devices() -> str:
     return ", ".join(found)
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (the AVX512-BF16 or AMX-BF16 flags of Linux's
+    /proc/cpuinfo): bf16 autocast pays there; elsewhere torch emulates it, slower than float32."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return bool({"avx512_bf16", "amx_bf16"} & set(line.partition(":")[2].split()))
+    except OSError:
+        pass
+    return False
+
+
 def machine() -> dict:
     """What a figure was measured on: the CPU (model name, family and model numbers: its
     generation), the cores this process may use, the instruction set torch's CPU kernels run
