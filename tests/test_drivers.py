@@ -405,10 +405,13 @@ def test_sim_arm_and_camera_nodes_over_ros(sim_cell):
     # watchdog: silence -> the arm says it holds, and from then on the pose stays put
     probe.spin_until(lambda: status_of(status).get("mode") == "watchdog", 30, "watchdog status")
     mark = len(poses)
-    probe.spin_until(lambda: len(poses) >= mark + 10, 30, "10 poses after the watchdog status")
-    held = zs_after(poses, mark)  # one pose per arm tick: settling is counted in ticks, not seconds
+    probe.spin_until(lambda: len(poses) >= mark + 20, 30, "20 poses after the watchdog status")
+    # one pose per arm tick: settling is counted in ticks, not seconds; on a loaded machine poses
+    # published before the hold can still be on their way when the status arrives, so the test
+    # reads the last 10 of the 20 as the held pose
+    held = zs_after(poses, mark)
     assert np.ptp(held) < LIMITS.max_translation_m  # no further than the motion in flight...
-    assert np.ptp(held[3:]) < 1e-3 and status_of(status)["counts"]["watchdog_holds"] >= 1  # ...then put
+    assert np.ptp(held[-10:]) < 1e-3 and status_of(status)["counts"]["watchdog_holds"] >= 1  # ...then put
 
     # e-stop latches: commands are ignored until released
     estop = probe.node.create_publisher(Bool, topics.ESTOP, topics.qos_latched())
