@@ -470,7 +470,7 @@ class MainJobConfig:
     demos: int = setting(20, "demonstrations recorded by the scripted expert")
     takes: int = setting(20, "the classifier's successful takes, and as many failed ones")
     classifier_steps: int | None = setting(None, "the success classifier's training steps (default: the task's, "
-                                                 "2,000; PegInsertHard 1,000)", metavar="STEPS")
+                                                 "2,000)", metavar="STEPS")
     encoder_steps: int | None = setting(None, "the frozen image encoder's pretraining steps (--obs pixels; default: "
                                               "the task's, 1,000; PegInsertHard 500)", metavar="STEPS")
     rollout_episodes: int = setting(20, "episodes of the policy's own rollouts the classifier is checked on")

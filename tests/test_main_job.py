@@ -36,7 +36,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
     assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
     assert "(SAC/RLPD, UTD 1, feature_augment_pad=0)" in hard[3]  # PegInsertHard's own main-job settings
-    assert "train it (1000 steps)" in hard[1] and "train it (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
+    assert "train it (2000 steps)" in hard[1] and "train it (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
     monkeypatch.setattr("robot_rl.commands.main_job.cpu_has_bf16", lambda: True)  # a CPU with bf16 units
     assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, autocast_bf16=true)" in plan(capsys)[3]
     assert "autocast_bf16" not in plan(capsys, "--task", "PickCube")[3]  # a task not measured in bf16
