@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from robot_rl.contract import Transition
-from robot_rl.runtime.device import DeviceError, machine, resolve_device
+from robot_rl.runtime.device import DeviceError, cpu_has_bf16, machine, resolve_device
 
 
 def test_auto_and_cpu_resolve_to_a_device_this_machine_has():
@@ -25,6 +25,30 @@ def test_the_machine_a_figure_was_measured_on_names_its_cpu_cores_and_kernels():
     assert seen["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # e.g. AVX2 or AVX512
     assert seen["torch"] == torch.__version__
     assert (seen["gpu"] is None) == (not torch.cuda.is_available())
+
+
+def test_bf16_units_are_read_from_the_cpus_flags(monkeypatch, tmp_path):
+    import builtins
+
+    real_open = builtins.open
+
+    def cpuinfo_with(flags):
+        info = tmp_path / "cpuinfo"
+        info.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: fpu sse2 {flags}\n\n")
+        monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path, *a, **k))
+
+    cpuinfo_with("avx2 avx512f avx512_bf16")
+    assert cpu_has_bf16()
+    cpuinfo_with("avx2 amx_tile amx_bf16")
+    assert cpu_has_bf16()
+    cpuinfo_with("avx2 avx512f avx512bw")  # AVX512 without bf16: torch would emulate it
+    assert not cpu_has_bf16()
+
+    def no_cpuinfo(path, *a, **k):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(builtins, "open", no_cpuinfo)  # not Linux: no bf16 assumed
+    assert not cpu_has_bf16()
 
 
 def test_a_name_that_is_no_device_lists_the_choices():

@@ -18,8 +18,8 @@ cell) and writes its outputs into the run folder:
    encoder on any machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run
    side by side, one on each core (one torch thread each).
 4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
-   sim's ground truth, and the simulated human, whose takeovers are flagged and learned from
-   -> checkpoints in the run folder.
+   sim's ground truth, and the simulated human, whose takeovers are flagged and learned from (in
+   bf16 where the task says so and the CPU has bf16 units) -> checkpoints in the run folder.
 5. ``check_classifier_on_the_policy``: the classifier on the round-1 policy's own rollouts;
    above its false-positive target it is retrained with those hard negatives ->
    ``classifier_round1_on_the_trained_policy.json`` (and ``classifier_round2/``).
@@ -109,9 +109,8 @@ class MainJob(StageRunner):
 
     @property
     def agent_settings(self) -> list[str]:
-        """The learner's recipe (``train --agent`` KEY=VALUE): the package's human-in-the-loop
-        exploration, never copied; the task's own settings, where measured to pay; bf16 autocast
-        where the task's pixel job was measured with it and this CPU has bf16 units."""
+        """``train --agent`` KEY=VALUE: the package's human-in-the-loop exploration (never copied), the
+        task's own settings, and bf16 where its pixel job was measured so and the CPU has bf16 units."""
         settings = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()] + list(self.task.main_job_agent)
         if self.task.main_job_bf16 and self.cfg.stack == "sim" and self.cfg.observation == "pixels" and cpu_has_bf16():
             settings.append("autocast_bf16=true")
@@ -373,7 +372,6 @@ def stages_of(job: MainJob) -> list[Stage]:
     # side by side, one on each core (measured: docs/CALIBRATION.md)
     beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
-    # the task's own UTD and agent settings
     recipe = f", UTD {job.task.main_job_utd:g}" + "".join(
         f", {setting}" for setting in job.agent_settings if setting.split("=")[0] not in HUMAN_IN_THE_LOOP_EXPLORATION)
     stages = [
