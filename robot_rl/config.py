@@ -472,7 +472,7 @@ class MainJobConfig:
     classifier_steps: int | None = setting(None, "the success classifier's training steps (default: the task's, "
                                                  "2,000)", metavar="STEPS")
     encoder_steps: int | None = setting(None, "the frozen image encoder's pretraining steps (--obs pixels; default: "
-                                              "the task's, 1,000; PegInsertHard 500)", metavar="STEPS")
+                                              "the task's, 1,000)", metavar="STEPS")
     rollout_episodes: int = setting(20, "episodes of the policy's own rollouts the classifier is checked on")
     eval_episodes: int = setting(20, "episodes of each evaluation during training")
     eval_every: int = setting(4000, "env steps between the evaluations during training (and one at the end of "

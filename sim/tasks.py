@@ -277,10 +277,9 @@ class PegInsertHard(PegInsert):
     # against 0.98 / 0.98 / 0.90 (16,000 steps at UTD 1: 1.00 / 0.98 / 0.84, 14:20-15:17;
     # docs/CALIBRATION.md, 2026-12-01)
     main_job_utd = 1.0
-    # the encoder's pretraining at half its steps, the learner in bf16 where the CPU has the units: the
-    # job's 15 minutes on 2 cores; the classifier at 1,000 steps too paid more failures (seed 2 ended
-    # at 0.82), so it keeps 2,000 (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
-    main_job_encoder_steps = 500
+    # the learner in bf16 where the CPU has the units: the job's 15 minutes on 2 cores; the classifier
+    # at 1,000 steps and the encoder at 500 ended seed 2 at 0.82, the encoder at 500 alone at 0.88, so
+    # both keep their steps (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
     main_job_bf16 = True
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 
