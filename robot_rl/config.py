@@ -469,10 +469,8 @@ class MainJobConfig:
                                   "the policy's (the ROS 2 stack's cameras: 64)", metavar="N")
     demos: int = setting(20, "demonstrations recorded by the scripted expert")
     takes: int = setting(20, "the classifier's successful takes, and as many failed ones")
-    classifier_steps: int | None = setting(None, "the success classifier's training steps (default: the task's, "
-                                                 "2,000)", metavar="STEPS")
-    encoder_steps: int | None = setting(None, "the frozen image encoder's pretraining steps (--obs pixels; default: "
-                                              "the task's, 1,000)", metavar="STEPS")
+    classifier_steps: int = setting(2000, "the success classifier's training steps")
+    encoder_steps: int = setting(1000, "the frozen image encoder's pretraining steps (--obs pixels)")
     rollout_episodes: int = setting(20, "episodes of the policy's own rollouts the classifier is checked on")
     eval_episodes: int = setting(20, "episodes of each evaluation during training")
     eval_every: int = setting(4000, "env steps between the evaluations during training (and one at the end of "
@@ -502,7 +500,7 @@ class MainJobConfig:
     def validate(self) -> None:
         for name in ("demos", "takes", "classifier_steps", "encoder_steps", "rollout_episodes", "eval_episodes",
                      "eval_every", "final_eval_episodes"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
+            if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be a whole number >= 1, got {getattr(self, name)}")
         if not 32 <= self.image_size <= 256:
             raise InputError(f"--image-size must be a whole number of pixels in [32, 256], got {self.image_size}")

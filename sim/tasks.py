@@ -88,10 +88,6 @@ class Task:
     # pretrain --objective`): bc, or bc_goal where the goal is small in the image and actions
     # alone teach the backbone little of where it is (docs/CALIBRATION.md).
     main_job_encoder: str = "bc"
-    # The main job's training steps of the success classifier (its retraining takes as many) and of
-    # the frozen encoder's pretraining: stages 2 and 3, side by side, set its start's wall time.
-    main_job_classifier_steps: int = 2000
-    main_job_encoder_steps: int = 1000
     # Whether the main job's learner runs its forward passes under bf16 autocast where the CPU has
     # bf16 units (AVX512-BF16 or AMX): 1.25x on the update, measured to keep this task's finals.
     main_job_bf16: bool = False
@@ -279,7 +275,7 @@ class PegInsertHard(PegInsert):
     main_job_utd = 1.0
     # the learner in bf16 where the CPU has the units: the job's 15 minutes on 2 cores; the classifier
     # at 1,000 steps and the encoder at 500 ended seed 2 at 0.82, the encoder at 500 alone at 0.88, so
-    # both keep their steps (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
+    # the job keeps their 2,000 and 1,000 (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
     main_job_bf16 = True
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
 

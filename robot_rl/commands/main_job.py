@@ -80,8 +80,8 @@ class MainJob(StageRunner):
             self.check_stack_arguments()
         self.steps = cfg.steps or self.task.main_job_steps
         self.round1 = self.steps * 3 // 4
-        self.classifier_steps = cfg.classifier_steps or self.task.main_job_classifier_steps
-        self.encoder_steps = cfg.encoder_steps or self.task.main_job_encoder_steps
+        # bf16 where the task's pixel job was measured so and the CPU has bf16 units (decided once)
+        self.bf16 = self.task.main_job_bf16 and cfg.stack == "sim" and cfg.observation == "pixels" and cpu_has_bf16()
         self.stages = stages_of(self)
 
     @property
@@ -108,13 +108,9 @@ class MainJob(StageRunner):
         return str(self.run / name)
 
     @property
-    def agent_settings(self) -> list[str]:
-        """``train --agent`` KEY=VALUE: the package's human-in-the-loop exploration (never copied), the
-        task's own settings, and bf16 where its pixel job was measured so and the CPU has bf16 units."""
-        settings = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()] + list(self.task.main_job_agent)
-        if self.task.main_job_bf16 and self.cfg.stack == "sim" and self.cfg.observation == "pixels" and cpu_has_bf16():
-            settings.append("autocast_bf16=true")
-        return settings
+    def own_settings(self) -> list[str]:
+        """The task's own ``train --agent`` KEY=VALUE settings, where measured to pay, and bf16."""
+        return list(self.task.main_job_agent) + (["autocast_bf16=true"] if self.bf16 else [])
 
     @property
     def classifier_cameras(self) -> tuple[str, ...]:
@@ -179,7 +175,7 @@ def train_success_classifier(job: MainJob) -> None:
     """In: the task. Out: the classifier's takes, and classifier/ (weights, calibration, report.json)."""
     record_classifier_takes(job)
     job.robot_rl("classifier", "train", "--data", job.path("classifier_successes.zarr"),
-                 "--data", job.path("classifier_failures.zarr"), "--steps", str(job.classifier_steps),
+                 "--data", job.path("classifier_failures.zarr"), "--steps", str(job.cfg.classifier_steps),
                  "--consecutive", "2", "--target-fpr", str(TARGET_FPR), "--out", job.path("classifier"))
 
 
@@ -203,7 +199,7 @@ def pretrain_image_encoder(job: MainJob) -> None:
     # the task says so (docs/CALIBRATION.md); a probe's ranking of near-equal held-out losses
     # flipped between machines and does not predict the policy's success
     job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", job.task.main_job_encoder,
-                 "--steps", str(job.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
+                 "--steps", str(job.cfg.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
 
 
 def verify_encoder(job: MainJob) -> None:
@@ -223,10 +219,11 @@ def train_round_1(job: MainJob) -> None:
     cfg = job.cfg
     observation = ["--obs", "state"] if cfg.observation == "state" else [
         "--obs", "pixels", "--frozen-encoder", job.path("encoder"), "--image-size", str(cfg.image_size)]
+    recipe = [f"{k}={v:g}" for k, v in HUMAN_IN_THE_LOOP_EXPLORATION.items()]  # the package's, never copied
     job.robot_rl("train", "--task", cfg.task_name, *observation, "--demos", job.path("demos.zarr"),
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
-                 *[word for setting in job.agent_settings for word in ("--agent", setting)],
+                 *[word for setting in recipe + job.own_settings for word in ("--agent", setting)],
                  "--utd", f"{job.task.main_job_utd:g}", "--steps", str(job.round1),
                  "--eval-episodes", str(cfg.eval_episodes), "--eval-every", str(cfg.eval_every),
                  "--final-eval-episodes", str(cfg.eval_episodes), "--run-dir", str(job.run), *cfg.train_args)
@@ -372,8 +369,7 @@ def stages_of(job: MainJob) -> list[Stage]:
     # side by side, one on each core (measured: docs/CALIBRATION.md)
     beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
-    recipe = f", UTD {job.task.main_job_utd:g}" + "".join(
-        f", {setting}" for setting in job.agent_settings if setting.split("=")[0] not in HUMAN_IN_THE_LOOP_EXPLORATION)
+    recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.own_settings)
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
@@ -381,8 +377,8 @@ def stages_of(job: MainJob) -> list[Stage]:
               lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
               verify_demos, ("demos.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
-                                      f"train it ({j.classifier_steps} steps) and calibrate it for 1% false positives",
-              lambda j: about_minutes(45 + j.classifier_steps * (0.05 if beside else 0.035)),
+                                      f"train it ({cfg.classifier_steps} steps) and calibrate it for 1% false positives",
+              lambda j: about_minutes(45 + cfg.classifier_steps * (0.05 if beside else 0.035)),
               train_success_classifier, verify_takes_and_classifier,
               ("classifier_successes.zarr", "classifier_failures.zarr", "classifier"), side_by_side=beside),
     ]
@@ -408,10 +404,10 @@ def stages_of(job: MainJob) -> list[Stage]:
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
                                                  "demonstrations" + (", and their end poses" if j.task.main_job_encoder
                                                                      == "bc_goal" else "") + ")",
-                            lambda j: about_minutes(10 + j.encoder_steps * 0.17), pretrain_image_encoder,
+                            lambda j: about_minutes(10 + cfg.encoder_steps * 0.17), pretrain_image_encoder,
                             verify_encoder, ("encoder",), side_by_side=True))
     ms = STEP_MS[cfg.observation] * max(job.task.main_job_utd, 1.0) / 2  # the learner sets the pace
-    ms *= 0.75 if "autocast_bf16=true" in job.agent_settings else 1.0  # bf16: 26 ms a step (PegInsertHard)
+    ms *= 0.75 if job.bf16 else 1.0  # bf16: 26 ms a step (PegInsertHard)
     return stages + [
         Stage("round1", lambda j: f"train round 1: {cfg.task_name} from {cfg.observation} for {j.round1} env steps with the "
                                   f"classifier's reward (SAC/RLPD{recipe}){human}",

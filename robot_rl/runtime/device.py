@@ -30,17 +30,28 @@ def found_devices() -> str:
     return ", ".join(found)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (the AVX512-BF16 or AMX-BF16 flags of Linux's
-    /proc/cpuinfo): bf16 autocast pays there; elsewhere torch emulates it, slower than float32."""
+def first_cpu() -> dict[str, str]:
+    """The first processor's fields in Linux's /proc/cpuinfo (model name, cpu family, flags, ...);
+    empty elsewhere."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("flags"):
-                    return bool({"avx512_bf16", "amx_bf16"} & set(line.partition(":")[2].split()))
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return False
+    return fields
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (the AVX512-BF16 or AMX-BF16 flags of Linux's
+    /proc/cpuinfo): bf16 autocast pays there; elsewhere torch emulates it, slower than float32."""
+    return bool({"avx512_bf16", "amx_bf16"} & set(first_cpu().get("flags", "").split()))
 
 
 def machine() -> dict:
@@ -50,17 +61,7 @@ def machine() -> dict:
     only when these agree: the same 2-core job took 13 min on one EPYC and 26 on another."""
     import torch
 
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:  # Linux; elsewhere, platform's word for it
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "cpu family", "model") and key.strip() not in fields:
-                    fields[key.strip()] = value.strip()
-                if not line.strip() and fields:
-                    break
-    except OSError:
-        pass
+    fields = first_cpu()  # Linux; elsewhere, platform's word for it
     cpu = fields.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in fields and "model" in fields:
         cpu += f" (family {fields['cpu family']}, model {fields['model']})"
