@@ -267,7 +267,12 @@ class PegInsertHard(PegInsert):
     main_job_encoder = "bc_goal"  # the clone from pixels 0.42 / 0.30 / 0.28 against bc's 0.00 / 0.08 / 0.36
     # the cached 5x5 feature maps unshifted: a one-cell shift (a fifth of the wrist camera's view)
     # hides where the hole's block is, which is what an insertion needs (docs/CALIBRATION.md)
-    main_job_agent = ("feature_augment_pad=0",)
+    # and the discount 0.9 (the recipe's 0.97 elsewhere): an insertion is over in 10-20 steps, and at
+    # 0.9 a search at the hole's mouth costs enough that the policy goes in sooner. Seeds 0-2, one
+    # afternoon: finals 1.00 / 0.98 / 0.96 against 0.97's 1.00 / 1.00 / 0.90, the human 2.5 / 4.2 /
+    # 7.8 % of the last 2,000 steps against 4.5 / 5.2 / 10.8 %, steps to success 0.94x / 0.99x / 1.62x
+    # the demonstrations' against 1.16x / 1.20x / 2.65x (docs/CALIBRATION.md, "... the discount 0.9")
+    main_job_agent = ("feature_augment_pad=0", "discount=0.9")
     # one update per env step: the learner sets the training's pace on a CPU, and at UTD 1 the
     # job took 16:24-17:03 on 2 cores against 26:36-27:04 at UTD 2, its finals 1.00 / 0.96 / 0.94
     # against 0.98 / 0.98 / 0.90 (16,000 steps at UTD 1: 1.00 / 0.98 / 0.84, 14:20-15:17;

@@ -35,10 +35,10 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     hard = plan(capsys)  # the default task: PegInsertHard, where the clone gets at most half
     assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
     assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
-    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0)" in hard[3]  # PegInsertHard's own main-job settings
+    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9)" in hard[3]  # PegInsertHard's own main-job settings
     assert "train it (2000 steps)" in hard[1] and "train it (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
     monkeypatch.setattr("robot_rl.commands.main_job.cpu_has_bf16", lambda: True)  # a CPU with bf16 units
-    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, autocast_bf16=true)" in plan(capsys)[3]
+    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, autocast_bf16=true)" in plan(capsys)[3]
     assert "autocast_bf16" not in plan(capsys, "--task", "PickCube")[3]  # a task not measured in bf16
     assert "simulated human (eagerness 0.5)" in hard[3]
     assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
@@ -55,7 +55,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
-    assert "reward (SAC/RLPD, UTD 1, feature_augment_pad=0) (expected" in state[2]  # its own settings
+    assert "reward (SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9) (expected" in state[2]  # its own settings
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")  # through ROS the default task is PickCube
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
