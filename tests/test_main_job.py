@@ -85,6 +85,27 @@ def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_p
     assert all(args[args.index("--image-size") + 1] == "96" for args in calls)
 
 
+def test_the_tasks_own_settings_reach_round_1_and_the_users_extra_arguments_win(tmp_path):
+    """PegInsertHard trains at the discount 0.9 (its own main-job setting); a lab's `--agent
+    discount=0.97` after `--` comes later on the command line, so `robot-rl train` takes that."""
+    from robot_rl.commands import main_job
+    from robot_rl.config import MainJobConfig
+    from robot_rl.config_values import parse_key_values
+
+    def round_1_agent(train_args: tuple[str, ...]) -> dict:
+        run = tmp_path / f"job{len(train_args)}"
+        run.mkdir()
+        job = main_job.new_job(MainJobConfig(run_dir=str(run), train_args=train_args), log=lambda line: None)
+        calls = []
+        job.robot_rl = lambda *args, **kwargs: calls.append(args)
+        main_job.train_round_1(job)
+        (args,) = calls
+        return parse_key_values([args[i + 1] for i, word in enumerate(args) if word == "--agent"], "--agent")
+
+    assert round_1_agent(())["discount"] == 0.9
+    assert round_1_agent(("--agent", "discount=0.97"))["discount"] == 0.97
+
+
 @pytest.mark.parametrize("args, says", [
     (["--human", "2"], "--human 2.0 must be a number in [0, 1]"),
     (["--human", "-0.5"], "--human -0.5 must be a number in [0, 1]"),
