@@ -66,17 +66,25 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
+def recording_job(run, **settings):
+    """A main job in ``run`` whose robot-rl commands are recorded (in the list returned with it),
+    not run."""
+    from robot_rl.commands import main_job
+    from robot_rl.config import MainJobConfig
+
+    run.mkdir()
+    job = main_job.new_job(MainJobConfig(run_dir=str(run), **settings), log=lambda line: None)
+    calls = []
+    job.robot_rl = lambda *args, **kwargs: calls.append(args)
+    return job, calls
+
+
 def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_path):
     """--image-size 96: the demonstrations, the classifier's takes, the training round and the
     policy's rollouts all at 96x96 (a store at one size and a policy at another would fail minutes in)."""
     from robot_rl.commands import main_job
-    from robot_rl.config import MainJobConfig
 
-    run = tmp_path / "job"
-    run.mkdir()
-    job = main_job.new_job(MainJobConfig(image_size=96, run_dir=str(run)), log=lambda line: None)
-    calls = []
-    job.robot_rl = lambda *args, **kwargs: calls.append(args)
+    job, calls = recording_job(tmp_path / "job", image_size=96)
     main_job.record_demos(job)
     main_job.record_classifier_takes(job)
     main_job.train_round_1(job)
@@ -89,15 +97,10 @@ def test_the_tasks_own_settings_reach_round_1_and_the_users_extra_arguments_win(
     """PegInsertHard trains at the discount 0.9 (its own main-job setting); a lab's `--agent
     discount=0.97` after `--` comes later on the command line, so `robot-rl train` takes that."""
     from robot_rl.commands import main_job
-    from robot_rl.config import MainJobConfig
     from robot_rl.config_values import parse_key_values
 
     def round_1_agent(train_args: tuple[str, ...]) -> dict:
-        run = tmp_path / f"job{len(train_args)}"
-        run.mkdir()
-        job = main_job.new_job(MainJobConfig(run_dir=str(run), train_args=train_args), log=lambda line: None)
-        calls = []
-        job.robot_rl = lambda *args, **kwargs: calls.append(args)
+        job, calls = recording_job(tmp_path / f"job{len(train_args)}", train_args=train_args)
         main_job.train_round_1(job)
         (args,) = calls
         return parse_key_values([args[i + 1] for i, word in enumerate(args) if word == "--agent"], "--agent")
