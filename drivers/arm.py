@@ -234,7 +234,11 @@ class SimArm:
             raise InputError(f"the sim arm backend is the Panda's twin; task {task} is the {get_task(task).robot}'s "
                              "(an SO-101 cell on ROS 2: arm_node backend:=so101 on the simulated arm, "
                              "python -m robot_rl.drivers.so101_sim)")
-        self.env = PandaCellEnv(task=task, backend=backend, images=False, privileged=True, limits=limits)
+        # Without the twin's collision reflex for now: the ROS path would have to hold the arm and report
+        # a fault as drivers/franka.py does, and the actor drop the episode (left out; the in-process
+        # twin of `robot-rl train` ends such an episode as a failure).
+        self.env = PandaCellEnv(task=task, backend=backend, images=False, privileged=True, limits=limits,
+                                collision_reflex=False)
         self.control_hz = limits.control_hz
         self.seed = seed
         self.episode = 0

@@ -37,8 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from robot_rl.contract import (STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand, SafetyBox, gripper_command,
-                               state_quat)
+from robot_rl.contract import (COLLISION_FORCE_THRESHOLDS, STATE_DIM, STATE_SLICES, ControlLimits, GripperCommand,
+                               SafetyBox, gripper_command, state_quat)
 from robot_rl.errors import InputError, UserFacingError
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 JOINT_NAMES = [f"fr3_joint{i}" for i in range(1, 8)]
 # libfranka's default thresholds of set_collision_behavior (Nm per joint, N / Nm per Cartesian axis)
 DEFAULT_TORQUE_THRESHOLDS = (20.0, 20.0, 18.0, 18.0, 16.0, 14.0, 12.0)
-DEFAULT_FORCE_THRESHOLDS = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+DEFAULT_FORCE_THRESHOLDS = COLLISION_FORCE_THRESHOLDS
 
 
 class FrankaConnectionError(UserFacingError):

@@ -117,6 +117,13 @@ class ControlLimits:
     max_rotation_rad: float = 0.15
 
 
+# The Franka's collision reflex: libfranka's default thresholds of set_collision_behavior on the
+# external wrench (N along x y z, Nm about x y z, base frame). The real driver sets them on the
+# arm (drivers/franka.py); the twin ends an episode where its end effector passes one of them
+# (on the tasks that ask for it: sim/tasks.py, Task.collision_reflex).
+COLLISION_FORCE_THRESHOLDS = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class SafetyBox:
     """Axis-aligned workspace box for the TCP target, plus a bound on its rotation away

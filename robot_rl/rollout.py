@@ -67,9 +67,10 @@ def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episode
              log: Callable[[str], None] | None = None) -> dict:
     """Deterministic evaluation: success rate, mean episode length and the cycle time
     (``steps_to_success``: the mean length of the successful episodes only) over ``episodes``
-    episodes, reset with seeds ``seed`` .. ``seed + episodes - 1`` (``seed_range``, first and last).
+    episodes, reset with seeds ``seed`` .. ``seed + episodes - 1`` (``seed_range``, first and last),
+    and ``reflex_stops``: the episodes the twin's collision reflex ended (failures, ``info["reflex"]``).
     ``log``: progress lines (episodes, rate, ETA, success so far) for a long evaluation."""
-    successes, lengths = [], []
+    successes, lengths, reflex_stops = [], [], 0
     progress = ProgressLines("evaluation", episodes, unit="episodes", log=log) if log else None
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
@@ -83,7 +84,9 @@ def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episode
                 break
         successes.append(bool(info["success"]))
         lengths.append(steps)
+        reflex_stops += bool(info.get("reflex", False))
         if progress is not None:
             progress.update(i + 1, success=f"{np.mean(successes):.2f}")
     return {"success_rate": float(np.mean(successes)), "episode_length": float(np.mean(lengths)), "episodes": episodes,
-            **steps_to_success(lengths, successes), "seed_range": [seed, seed + episodes - 1]}
+            **steps_to_success(lengths, successes), "seed_range": [seed, seed + episodes - 1],
+            "reflex_stops": reflex_stops}

@@ -3,6 +3,12 @@
 The env turns a 7-D action into an end-effector target (clipped to the task's safety
 box), hands it to the backend's 500 Hz impedance controller for one 10 Hz control
 period, and assembles the observation of ``robot_rl.contract``.
+
+On a task whose ``collision_reflex`` names the engine (or with ``collision_reflex=True``) the env acts as a
+Franka's collision reflex does: where the end effector's external wrench passes one of the
+per-axis thresholds (``contract.COLLISION_FORCE_THRESHOLDS``, libfranka's defaults, the real
+driver's) at any physics step of a control period, the arm stops and the episode ends there as
+a failure (``terminated``, reward 0, ``info["reflex"]`` true).
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl import contract
-from robot_rl.contract import CAMERAS, SIM_CAMERAS, ControlLimits, GripperCommand, gripper_command, validate_action
+from robot_rl.contract import (CAMERAS, COLLISION_FORCE_THRESHOLDS, SIM_CAMERAS, ControlLimits, GripperCommand,
+                               gripper_command, validate_action)
 from robot_rl.sim.controller import PHYSICS_DT
 from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
@@ -53,6 +60,8 @@ class PandaCellEnv(gym.Env):
         limits: ControlLimits = ControlLimits(),
         render_mode: str | None = None,
         max_episode_steps: int | None = None,
+        collision_reflex: bool | None = None,
+        collision_thresholds: tuple[float, ...] = COLLISION_FORCE_THRESHOLDS,
     ):
         self.task = get_task(task)
         if self.task.robot != "panda":
@@ -63,6 +72,9 @@ class PandaCellEnv(gym.Env):
             raise InputError(f"unknown cameras {sorted(unknown)}; the twin has {list(SIM_CAMERAS)}")
         if len(image_size) != 2 or min(image_size) < 8:
             raise InputError(f"image_size must be (height, width) with both >= 8, got {image_size}")
+        if len(collision_thresholds) != 6 or min(collision_thresholds) <= 0:
+            raise InputError(f"collision_thresholds must be 6 positive values (N along x y z, Nm about x y z), "
+                             f"got {tuple(collision_thresholds)}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.backend_name = backend
@@ -74,6 +86,9 @@ class PandaCellEnv(gym.Env):
         self.limits = limits
         self.render_mode = render_mode
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
+        self.collision_reflex = (backend in self.task.collision_reflex if collision_reflex is None
+                                 else bool(collision_reflex))
+        self.collision_thresholds = np.asarray(collision_thresholds, dtype=np.float64)
         self.n_substeps = int(round(1.0 / (limits.control_hz * PHYSICS_DT)))
         self.action_space = contract.action_space()
         self.observation_space = contract.observation_space(
@@ -90,7 +105,7 @@ class PandaCellEnv(gym.Env):
         self.backend.reset(self._layout)
         self._gripper_target = 0.0 if self._layout.held_object else self._layout.gripper_width
         self._steps = 0
-        return self._observation(), {"success": False, "safety_clipped": False}
+        return self._observation(), {"success": False, "safety_clipped": False, "reflex": False}
 
     def step(self, action):
         if self._layout is None:
@@ -103,13 +118,16 @@ class PandaCellEnv(gym.Env):
             self._gripper_target = 0.0
         elif command is GripperCommand.OPEN:
             self._gripper_target = GRIPPER_OPEN_WIDTH
-        self.backend.step(target_pos, target_rot, self._gripper_target, self.n_substeps)
+        peak = self.backend.step(target_pos, target_rot, self._gripper_target, self.n_substeps,
+                                 track_peak_wrench=self.collision_reflex)
+        reflex = peak is not None and bool(np.any(peak > self.collision_thresholds))
         self._steps += 1
         poses = self.backend.object_poses()
-        success = self.task.is_success(poses, self._layout)
-        truncated = self._steps >= self.max_episode_steps and not success
-        info = {"success": success, "safety_clipped": clipped, "gripper_command": int(command)}
-        return self._observation(poses), float(success), success, truncated, info
+        success = not reflex and self.task.is_success(poses, self._layout)
+        terminated = success or reflex
+        truncated = self._steps >= self.max_episode_steps and not terminated
+        info = {"success": success, "safety_clipped": clipped, "gripper_command": int(command), "reflex": reflex}
+        return self._observation(poses), float(success), terminated, truncated, info
 
     def render(self):
         if self.render_mode != "rgb_array":

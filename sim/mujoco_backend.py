@@ -215,6 +215,12 @@ class MujocoBackend:
         self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS)
         self._q_rest = np.asarray(task.home_joints, dtype=np.float64)
         self._hand_subtree_weight = m.body_subtreemass[self._hand] * np.linalg.norm(m.opt.gravity)
+        # the end effector's bodies (per body id), for contact_wrench: the hand, its fingers and, while
+        # held, a welded object
+        self._hand_bodies = np.zeros(m.nbody, bool)
+        for name in (panda.HAND_LINK, *panda.FINGER_LINKS):
+            self._hand_bodies[m.body(name).id] = True
+        self._in_hand = self._hand_bodies.copy()
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
 
     # ---- episode set-up -------------------------------------------------------------
@@ -233,8 +239,10 @@ class MujocoBackend:
             else:
                 d.mocap_pos[adr] = pos
                 d.mocap_quat[adr] = quat
+        self._in_hand = self._hand_bodies.copy()
         if layout.held_object is not None:
             self._hold(layout.held_object)
+            self._in_hand[m.body(layout.held_object).id] = True
         mujoco.mj_forward(m, d)
 
     def _hold(self, name: str) -> None:
@@ -257,7 +265,13 @@ class MujocoBackend:
         d.eq_active[eq] = 1
 
     # ---- control ----------------------------------------------------------------------
-    def step(self, target_pos, target_rot, gripper_width_target, n_substeps: int) -> None:
+    def step(self, target_pos, target_rot, gripper_width_target, n_substeps: int,
+             track_peak_wrench: bool = False) -> np.ndarray | None:
+        """One control period. ``track_peak_wrench``: also return the magnitude of the external
+        wrench per axis (x y z force, x y z torque) that the twin's collision reflex compares: the
+        mean over the period's 500 Hz physics steps of ``contact_wrench``, so a press held through
+        the period counts and a contact's first millisecond of impact does not (PyBullet's backend
+        reads the same mean)."""
         m, d = self.model, self.data
         d.ctrl[7] = np.clip(gripper_width_target / 2, 0.0, 0.04)
         jacp, jacr, jac, tcp = self._jacp, self._jacr, self._jac_arm, self._tcp
@@ -266,12 +280,16 @@ class MujocoBackend:
         step1, step2, jac_site = mujoco.mj_step1, mujoco.mj_step2, mujoco.mj_jacSite
         jac_site(m, d, jacp, jacr, tcp)
         self.controller.update_nullspace(jac, self._q_rest)
+        total = np.zeros(6) if track_peak_wrench else None
         for _ in range(n_substeps):
             step1(m, d)  # kinematics of the current state
             jac_site(m, d, jacp, jacr, tcp)
             torques(jac, qpos, qvel, xpos, xmat, target_pos, target_rot, out=ctrl)
-            step2(m, d)
+            step2(m, d)  # ends with the force sensors read for this substep
+            if total is not None:
+                total += self.contact_wrench()
         mujoco.mj_forward(m, d)  # observations reflect the state after the last step
+        return None if total is None else np.abs(total / n_substeps)
 
     # ---- measurements -----------------------------------------------------------------
     def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
@@ -296,6 +314,35 @@ class MujocoBackend:
         support = np.array([0.0, 0.0, self._hand_subtree_weight])
         lever = d.subtree_com[self._hand] - d.site_xpos[self._ft]
         return -(force - support), -(torque - np.cross(lever, support))
+
+    def contact_wrench(self) -> np.ndarray:
+        """The external wrench on the end effector from its contacts alone (x y z force, then
+        torque about the wrist; base frame): what touches the hand, the fingers or an object
+        welded to the hand, from anything else. A Franka's reflex watches its model-based estimate
+        of the external wrench, which leaves out the arm's and the hand's own inertia; the wrist
+        F/T reading of ``wrench`` has the hand's inertia in it (up to ~12 N along an axis in free
+        space as a control period's target jumps 3 cm), so the reflex reads the contacts."""
+        m, d = self.model, self.data
+        out = np.zeros(6)
+        n = d.ncon
+        if n == 0:
+            return out
+        contact = d.contact
+        in_hand = self._in_hand[m.geom_bodyid[contact.geom[:n]]]
+        touching = (in_hand[:, 0] != in_hand[:, 1]) & (contact.efc_address[:n] >= 0)
+        if not touching.any():
+            return out
+        adr = contact.efc_address[:n][touching]
+        frame = contact.frame[:n][touching]
+        # elliptic cones: efc_force holds the normal force, then the two tangential ones, in the contact frame
+        local = np.stack([d.efc_force[adr], d.efc_force[adr + 1], d.efc_force[adr + 2]], axis=1)
+        local[contact.dim[:n][touching] < 3, 1:] = 0.0
+        force = np.einsum("ci,cij->cj", local, frame.reshape(-1, 3, 3))
+        # the force is geom1's on geom2: on the hand as geom2 as it is, as geom1 the reaction
+        force[in_hand[touching, 0]] *= -1.0
+        out[:3] = force.sum(axis=0)
+        out[3:] = np.cross(contact.pos[:n][touching] - d.site_xpos[self._ft], force).sum(axis=0)
+        return out
 
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         d = self.data

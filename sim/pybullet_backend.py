@@ -146,7 +146,12 @@ class PybulletBackend:
                                      forces=[GRIPPER_FORCE] * 2, physicsClientId=self._cid)
 
     # ---- control ----------------------------------------------------------------------
-    def step(self, target_pos, target_rot, gripper_width_target, n_substeps: int) -> None:
+    def step(self, target_pos, target_rot, gripper_width_target, n_substeps: int,
+             track_peak_wrench: bool = False) -> np.ndarray | None:
+        """One control period. ``track_peak_wrench``: also return the magnitude of the external
+        wrench per axis (x y z force, x y z torque) that a collision reflex compares: here the
+        period's mean (``wrench``), as PyBullet's rigid contacts chatter from one 2 ms step to the
+        next and a single step's reading is no measure of the force."""
         cid, r, arm = self._cid, self.robot, self._arm
         self._set_gripper(float(np.clip(gripper_width_target / 2, 0.0, 0.04)))
         target_pos, target_rot = np.asarray(target_pos, float), np.asarray(target_rot, float)
@@ -163,6 +168,10 @@ class PybulletBackend:
             pb.stepSimulation(physicsClientId=cid)
             log += self._hand_contacts()
         self._contact_log, self._logged_steps = log, n_substeps
+        if not track_peak_wrench:
+            return None
+        force, torque = self.wrench()
+        return np.abs(np.concatenate([force, torque]))
 
     def _kinematics(self) -> tuple[list[float], np.ndarray, np.ndarray]:
         """Positions of all 9 dofs, arm joint velocities, and the 6 x 7 arm Jacobian at the TCP."""

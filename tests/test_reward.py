@@ -85,6 +85,26 @@ def test_the_operators_key_wins_over_the_classifier(classifier_fires):
     assert info["reward_source"] == "classifier" and not terminated  # the next episode is the classifier's again
 
 
+def test_a_collision_reflex_ends_the_episode_as_a_failure_whatever_the_classifier_sees():
+    from robot_rl.rollout import evaluate
+    from robot_rl.sim import make
+    from tests.helpers.common import press_the_peg_onto_the_block
+
+    twin = make("PegInsertHard", images=True, image_size=(32, 32), cameras=("front",))
+    env = ClassifierReward(twin, _classifier(), Calibration(threshold=0.0, target_fpr=0.01, consecutive=30))
+    obs, reward, terminated, truncated, info = list(press_the_peg_onto_the_block(env))[-1]
+    assert info["reflex"] and terminated and not truncated and reward == 0.0
+    assert info["success"] is False and info["classifier_success"] is False and info["ground_truth_success"] is False
+    env = ClassifierReward(twin, _classifier(), Calibration(threshold=0.0, target_fpr=0.01, consecutive=1))
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step(np.zeros(7, np.float32))  # free space: the classifier's call
+    assert not info["reflex"] and (reward, terminated, info["success"]) == (1.0, True, True)
+    # an evaluation counts the episodes the reflex ended
+    down = lambda obs: np.array([0, 0, -1, 0, 0, 0, 0], np.float32)  # noqa: E731 - onto the block or the table
+    result = evaluate(down, make("PegInsertHard"), episodes=3)
+    assert result["success_rate"] == 0.0 and result["reflex_stops"] == 3
+
+
 def test_wrapper_refuses_an_env_whose_cameras_do_not_match():
     with pytest.raises(ClassifierError, match="24x24 frames; the classifier was trained on 32x32"):
         ClassifierReward(_sim_env(24), _classifier(), Calibration(threshold=0.5, target_fpr=0.01))

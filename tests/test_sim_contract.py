@@ -10,6 +10,7 @@ from robot_rl.contract import ActionError
 from robot_rl.sim import make
 from robot_rl.sim.experts import make_expert
 from robot_rl.geometry import HOME_ROTATION, quat_to_matrix
+from tests.helpers.common import press_the_peg_onto_the_block
 
 BACKENDS = ["mujoco", "pybullet"]
 TASKS = ["PickCube", "PickCubeHard", "PegInsert", "PegInsertHard", "PushCube"]
@@ -257,3 +258,40 @@ def test_the_state_quaternion_never_flips_as_the_hand_tilts_across_home():
             assert np.abs(obs["state"][s] - previous).max() < 0.2
             previous = obs["state"][s]
     env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_collision_reflex_ends_an_episode_that_presses_the_peg_onto_the_block(backend):
+    """PegInsertHard's twin stops as a Franka's reflex does: the press ends the episode there, a
+    failure; with the reflex off the same press goes on, well over the 20 N."""
+    env = make("PegInsertHard", backend=backend, collision_reflex=True)
+    steps = list(press_the_peg_onto_the_block(env))
+    obs, reward, terminated, truncated, info = steps[-1]
+    assert len(steps) < 10 and terminated and not truncated
+    assert info["reflex"] and not info["success"] and reward == 0.0
+    assert not any(step[4]["reflex"] for step in steps[:-1])
+    env.close()
+    env = make("PegInsertHard", backend=backend, collision_reflex=False)
+    steps = list(press_the_peg_onto_the_block(env))
+    assert len(steps) == 10 and not any(step[2] or step[4]["reflex"] for step in steps)
+    assert steps[-1][0]["state"][contract.STATE_SLICES["ee_force"]][2] > 30.0  # pressing hard, unstopped
+    env.close()
+
+
+def test_the_collision_reflex_is_a_tasks_choice_and_its_thresholds_are_checked():
+    assert make("PegInsertHard").unwrapped.collision_reflex  # on MuJoCo, the main job's engine
+    assert not make("PegInsertHard", backend="pybullet").unwrapped.collision_reflex  # its expert is stopped there
+    for task in ("PickCube", "PickCubeHard", "PegInsert", "PushCube"):  # their experts press harder today
+        assert not make(task).unwrapped.collision_reflex
+    assert make("PickCube", collision_reflex=True).unwrapped.collision_reflex
+    for bad in ((20.0, 20.0, 20.0), (20.0, 20.0, 0.0, 25.0, 25.0, 25.0)):
+        with pytest.raises(robot_rl.errors.InputError, match="collision_thresholds must be 6 positive values"):
+            make("PegInsertHard", collision_thresholds=bad)
+
+
+def test_the_twin_and_the_franka_driver_share_the_reflex_thresholds():
+    from robot_rl.drivers.franka import DEFAULT_FORCE_THRESHOLDS
+
+    assert DEFAULT_FORCE_THRESHOLDS == contract.COLLISION_FORCE_THRESHOLDS == (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+    env = make("PegInsertHard")
+    assert tuple(env.unwrapped.collision_thresholds) == contract.COLLISION_FORCE_THRESHOLDS

@@ -3,7 +3,8 @@
 Reward 1 and the end of the episode when the classifier sees success (``consecutive`` frames
 in a row at or above the calibrated threshold), 0 otherwise. The env's own success flag is
 not used for reward or termination: it stays in ``info["ground_truth_success"]`` for
-evaluation (sim) and is absent on hardware. The operator's success/failure key is
+evaluation (sim) and is absent on hardware. A step where the twin's collision reflex stopped
+the arm (``info["reflex"]``) ends the episode as a failure whatever the classifier sees. The operator's success/failure key is
 ``OperatorOutcome``'s, wrapped around this one: it wins over the classifier.
 """
 
@@ -66,6 +67,9 @@ class ClassifierReward(gym.Wrapper):
         info = dict(info)
         info["ground_truth_success"] = info.pop("success", None)
         info.update(classifier_p=p, classifier_success=detected, success=detected, reward_source="classifier")
+        if info.get("reflex"):  # the arm stopped on a collision reflex: the episode ends there, failed
+            info.update(classifier_success=False, success=False)
+            return obs, 0.0, True, False, info
         return obs, float(detected), detected, truncated and not detected, info
 
 

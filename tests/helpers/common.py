@@ -95,3 +95,26 @@ def thread_policies(pid: int) -> set[int]:
         except ProcessLookupError:  # a thread that ended meanwhile
             pass
     return policies
+
+
+def press_the_peg_onto_the_block(env, steps: int = 10):
+    """PegInsertHard: over the hole block's wall (4 cm from the hole's centre along its x axis),
+    then straight down onto it, the target below the wall's top; yields each step's result."""
+    from robot_rl import contract
+    from robot_rl.geometry import quat_to_matrix
+
+    obs, _ = env.reset(seed=0)
+    s = contract.STATE_SLICES
+    hole = obs["privileged"]["hole"]
+    over_wall = hole[:3] + quat_to_matrix(hole[3:7]) @ np.array([0.04, 0.0, 0.0])
+    for _ in range(12):
+        action = np.zeros(7, np.float32)
+        action[:2] = np.clip((over_wall[:2] - obs["state"][s["tcp_pos"]][:2]) / env.unwrapped.limits.max_translation_m,
+                             -1, 1)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert not info["reflex"] and not terminated, "moving in free space is no collision"
+    for _ in range(steps):
+        result = env.step(np.array([0, 0, -1, 0, 0, 0, 0], np.float32))
+        yield result
+        if result[2] or result[3]:
+            return
