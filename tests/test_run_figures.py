@@ -199,3 +199,10 @@ def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
     assert json.loads((run / "summary.json").read_text())["job_wall_s"] == 1234.0
     assert "job wall time (set-up and every stage): 1234.0 s; training wall time" in (run / "report.md").read_text()
     assert main(["report", str(run), "--job-wall-s", "-1"]) == 2
+    # episodes the twin's collision reflex stopped (none on PickCube, whose twin has it off) are named
+    assert all(e["reflex_stops"] == 0 for e in second["evals"]) and "collision reflex" not in report
+    summary = json.loads((run / "summary.json").read_text())
+    summary["evals"][-1]["reflex_stops"] = 1
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert (f"collision reflex stopped (failures, the end effector over the Franka's thresholds): 1 at step "
+            f"{summary['evals'][-1]['env_steps']}.") in write_report(run).read_text()

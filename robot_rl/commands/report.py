@@ -188,6 +188,10 @@ def write_report(run_dir: str | Path, job_wall_s: float | None = None) -> Path:
     ]
     lines += [f"| {e['env_steps']} | {e['success_rate']:.2f} | {e['episodes']} | {_seeds(e)} | {e['episode_length']:.1f} | "
               f"{_rate(e.get('steps_to_success'))} |" for e in summary["evals"]]
+    stopped = [f"{e['reflex_stops']} at step {e['env_steps']}" for e in summary["evals"] if e.get("reflex_stops")]
+    if stopped:
+        lines += ["", f"Episodes the twin's collision reflex stopped (failures, the end effector over the Franka's "
+                      f"thresholds): {', '.join(stopped)}."]
     if (run / "learning_curve.png").is_file():
         lines += ["", "![learning curve](learning_curve.png)"]
     lines += _block_lines(summary.get("per_1000_steps") or [])

@@ -460,4 +460,7 @@ def log_eval(result: dict, step: int, logger, log) -> None:
     logger.scalar("eval/episode_length", result["episode_length"], step)
     if result.get("steps_to_success") is not None:
         logger.scalar("eval/steps_to_success", result["steps_to_success"], step)
-    log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes")
+    stops = result.get("reflex_stops", 0)
+    logger.scalar("eval/reflex_stops", stops, step)
+    stopped = f" ({stops} stopped by the collision reflex)" if stops else ""
+    log(f"step {step}: eval success {result['success_rate']:.2f} over {result['episodes']} episodes{stopped}")
