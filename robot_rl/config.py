@@ -221,6 +221,10 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
     backend: str = setting("mujoco", "the simulator", kept_on_resume=True)
+    collision_reflex: bool = setting(False, "the twin stops as a Franka's collision reflex does: an episode whose "
+                                            "end-effector contact force passes libfranka's thresholds (20 N a "
+                                            "translational axis) ends there as a failure (sim/env.py)",
+                                     kept_on_resume=True)
     demos: int = setting(10, "scripted demonstrations to record first (ignored with demo_store); --demos also takes "
                              "an episode store", metavar="N|STORE", parse=demos_or_store, kept_on_resume=True)
     demo_noise: float = setting(0.1, "action noise of the scripted demonstrations", kept_on_resume=True)
@@ -267,6 +271,8 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     def validate(self) -> None:
         self.validate_env()
         self.validate_base()
+        if self.collision_reflex and self.env is not None:
+            raise InputError(f"--collision-reflex is the Panda twin's; --env {self.env} ends its own episodes")
         if self.env is not None:
             if self.human_eagerness > 0 and not self.env_expert:
                 raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "

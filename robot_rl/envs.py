@@ -105,13 +105,16 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 
 
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
-             cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
+             cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
+             collision_reflex: bool = False) -> FlatObservation:
     """The sim twin wrapped for learning: ``make_cell_env`` behind a ``FlatObservation``."""
-    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs, cameras)
+    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier,
+                                         collision_reflex), obs, cameras)
 
 
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
-                  cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> gym.Env:
+                  cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
+                  collision_reflex: bool = False) -> gym.Env:
     """The sim twin with contract (raw) observations, rendering what ``obs`` needs. Pixel mode
     keeps the privileged poses in the raw observation (the scripted demonstrator reads them);
     ``FlatObservation`` never shows them to the agent.
@@ -121,11 +124,19 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     stays in ``info["ground_truth_success"]``. A state-observation env then renders the
     classifier's cameras for the classifier alone; a pixel env renders the policy's cameras and
     the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's.
-    An SO-101 task is its own twin (``robot_rl.sim.make``: sim/so101_env.py)."""
+    An SO-101 task is its own twin (``robot_rl.sim.make``: sim/so101_env.py). ``collision_reflex``:
+    the Panda twin stops as a Franka's collision reflex does (sim/env.py)."""
     from robot_rl.sim import make
+    from robot_rl.sim.tasks import get_task
 
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
+    reflex = {}
+    if collision_reflex:
+        if get_task(task).robot != "panda":
+            raise InputError(f"the collision reflex is the Panda twin's (a Franka's); task {task} is the "
+                             f"{get_task(task).robot}'s")
+        reflex = {"collision_reflex": True}
     render = obs == "pixels"
     classifier = None
     if reward_classifier is not None:
@@ -136,7 +147,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
             render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
         else:
             cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
-    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras))
+    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras), **reflex)
     if classifier is not None:
         from robot_rl.reward.wrapper import ClassifierReward
 

@@ -4,11 +4,11 @@ The env turns a 7-D action into an end-effector target (clipped to the task's sa
 box), hands it to the backend's 500 Hz impedance controller for one 10 Hz control
 period, and assembles the observation of ``robot_rl.contract``.
 
-On a task whose ``collision_reflex`` names the engine (or with ``collision_reflex=True``) the env acts as a
-Franka's collision reflex does: where the end effector's external wrench passes one of the
-per-axis thresholds (``contract.COLLISION_FORCE_THRESHOLDS``, libfranka's defaults, the real
-driver's) at any physics step of a control period, the arm stops and the episode ends there as
-a failure (``terminated``, reward 0, ``info["reflex"]`` true).
+With ``collision_reflex=True`` (off by default; ``robot-rl train --collision-reflex``) the env acts
+as a Franka's collision reflex does: where the external wrench from the end effector's contacts,
+averaged over a control period, passes one of the per-axis thresholds
+(``contract.COLLISION_FORCE_THRESHOLDS``, libfranka's defaults, the real driver's), the arm stops
+and the episode ends there as a failure (``terminated``, reward 0, ``info["reflex"]`` true).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class PandaCellEnv(gym.Env):
         limits: ControlLimits = ControlLimits(),
         render_mode: str | None = None,
         max_episode_steps: int | None = None,
-        collision_reflex: bool | None = None,
+        collision_reflex: bool = False,
         collision_thresholds: tuple[float, ...] = COLLISION_FORCE_THRESHOLDS,
     ):
         self.task = get_task(task)
@@ -86,8 +86,7 @@ class PandaCellEnv(gym.Env):
         self.limits = limits
         self.render_mode = render_mode
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
-        self.collision_reflex = (backend in self.task.collision_reflex if collision_reflex is None
-                                 else bool(collision_reflex))
+        self.collision_reflex = bool(collision_reflex)
         self.collision_thresholds = np.asarray(collision_thresholds, dtype=np.float64)
         self.n_substeps = int(round(1.0 / (limits.control_hz * PHYSICS_DT)))
         self.action_space = contract.action_space()

@@ -91,11 +91,6 @@ class Task:
     # Whether the main job's learner runs its forward passes under bf16 autocast where the CPU has
     # bf16 units (AVX512-BF16 or AMX): 1.25x on the update, measured to keep this task's finals.
     main_job_bf16: bool = False
-    # The engines on which the twin stops the arm as a Franka's collision reflex does (sim/env.py):
-    # where the end effector's external force passes 20 N on an axis the episode ends as a failure.
-    # Only where the task's scripted expert stays under it (docs/CALIBRATION.md has each expert's
-    # forces): the others' experts press harder today. `collision_reflex=True` turns it on anywhere.
-    collision_reflex: tuple[str, ...] = ()
 
     @classmethod
     def description(cls) -> str:
@@ -288,12 +283,11 @@ class PegInsertHard(PegInsert):
     # the job keeps their 2,000 and 1,000 (docs/CALIBRATION.md, "PegInsertHard's main job in 15 minutes")
     main_job_bf16 = True
     failed_takes_noise = 1.0  # its expert is steady at the hole: 90 % of its takes at noise 0.5 succeed
-    # the real arm's reflex: without it every trained policy pressed the peg 2.5-6 mm into the
-    # block's walls at 21-38 N where the Franka stops at 20 N; the expert stays under it on MuJoCo
-    # (at most 13.4 N over 200 layouts) but not on PyBullet, whose rigid contacts read a median
-    # 10.3 N for the same expert and stop 17 of its 200 takes (docs/CALIBRATION.md, "PegInsertHard
-    # with the Franka's collision reflex")
-    collision_reflex = ("mujoco",)
+    # The twin's collision reflex (`--collision-reflex`) stays off here by default: every trained
+    # policy presses the peg 2.5-6 mm into the block's walls at 21-38 N where a Franka stops at 20 N,
+    # and under the reflex today's recipe climbs from 0.05 to 0.35 in 12k steps where it reaches 1.00
+    # without it; the expert stays under it on MuJoCo, at most 13.4 N over 200 layouts
+    # (docs/CALIBRATION.md, "PegInsertHard with the Franka's collision reflex")
 
     def sample_layout(self, rng: np.random.Generator) -> Layout:
         hx, hy = rng.uniform(-self.hole_region, self.hole_region, size=2)

@@ -348,6 +348,9 @@ def test_a_progress_that_is_not_a_number_is_one_error_naming_it(env_map):
      ("--human-watches progress: the scripted policy foreign_envs:scripted_reach has no progress(obs)",)),
     (["--task", "PickCube", "--simulated-human", "0.5", "--human-watches", "clock"],
      ("--human-watches clock is for a Gymnasium env (--env)",)),
+    (["--env", REACH, "--collision-reflex"], (f"--collision-reflex is the Panda twin's; --env {REACH} ends its own",)),
+    (["--task", "PickCubeSO101", "--collision-reflex"], ("the collision reflex is the Panda twin's",
+                                                          "task PickCubeSO101 is the so101's")),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
     from robot_rl.commands.cli import main

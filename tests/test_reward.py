@@ -90,7 +90,7 @@ def test_a_collision_reflex_ends_the_episode_as_a_failure_whatever_the_classifie
     from robot_rl.sim import make
     from tests.helpers.common import press_the_peg_onto_the_block
 
-    twin = make("PegInsertHard", images=True, image_size=(32, 32), cameras=("front",))
+    twin = make("PegInsertHard", images=True, image_size=(32, 32), cameras=("front",), collision_reflex=True)
     env = ClassifierReward(twin, _classifier(), Calibration(threshold=0.0, target_fpr=0.01, consecutive=30))
     obs, reward, terminated, truncated, info = list(press_the_peg_onto_the_block(env))[-1]
     assert info["reflex"] and terminated and not truncated and reward == 0.0
@@ -101,7 +101,7 @@ def test_a_collision_reflex_ends_the_episode_as_a_failure_whatever_the_classifie
     assert not info["reflex"] and (reward, terminated, info["success"]) == (1.0, True, True)
     # an evaluation counts the episodes the reflex ended
     down = lambda obs: np.array([0, 0, -1, 0, 0, 0, 0], np.float32)  # noqa: E731 - onto the block or the table
-    result = evaluate(down, make("PegInsertHard"), episodes=3)
+    result = evaluate(down, make("PegInsertHard", collision_reflex=True), episodes=3)
     assert result["success_rate"] == 0.0 and result["reflex_stops"] == 3
 
 

@@ -160,6 +160,27 @@ def test_eval_with_the_simulated_human_counts_its_takeovers_and_the_share_it_dro
     assert "--simulated-human is an eagerness" in capsys.readouterr().err
 
 
+def test_the_collision_reflex_is_the_runs_choice_in_training_and_in_its_evaluations():
+    """--collision-reflex: the actor's twin, the evaluations' twin and `robot-rl eval`'s (from the
+    run's recorded config) all stop a press on the block as a Franka would; without it none does."""
+    from robot_rl.commands.evaluate import make_twin_env
+    from robot_rl.commands.train import make_run_envs
+    from tests.helpers.common import press_the_peg_onto_the_block
+
+    for reflex in (True, False):
+        cell, evaluation = make_run_envs(TrainConfig(task="PegInsertHard", collision_reflex=reflex))
+        later = make_twin_env("PegInsertHard", "mujoco", {"task": "PegInsertHard", "collision_reflex": reflex})
+        try:
+            for env in (cell, evaluation, later):
+                assert env.unwrapped.collision_reflex is reflex
+            *_, info = list(press_the_peg_onto_the_block(cell))[-1]
+            assert info["reflex"] is reflex
+        finally:
+            for env in (cell, evaluation, later):
+                env.close()
+    assert not make_twin_env("PegInsertHard", "mujoco", {}).unwrapped.collision_reflex  # runs from before the flag
+
+
 def test_train_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["train", "--pretrained", str(tmp_path / "resnet18.pt"), "--obs", "pixels", "--steps", "10"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -74,13 +74,15 @@ def base_settings(trained: dict):
 
 
 def make_twin_env(task: str, backend: str, trained: dict):
-    """The twin as the run's policy observes it, with the run's base policy (if it had one) beside it."""
+    """The twin as the run's policy observes it (with its collision reflex if the run had it), with the run's
+    base policy (if it had one) beside it."""
     from robot_rl.base_policy import with_base_policy
     from robot_rl.envs import FlatObservation, make_cell_env
 
     obs, cameras = trained.get("obs", "state"), tuple(trained.get("cameras", ("front", "wrist")))
     cell = with_base_policy(base_settings(trained),
-                            make_cell_env(task, backend, obs, tuple(trained.get("image_size", (64, 64))), cameras))
+                            make_cell_env(task, backend, obs, tuple(trained.get("image_size", (64, 64))), cameras,
+                                          collision_reflex=trained.get("collision_reflex", False)))
     try:
         return FlatObservation(cell, obs, cameras)
     except BaseException:

@@ -384,7 +384,8 @@ def make_run_envs(cfg: TrainConfig):
             cameras = tuple(cfg.cameras) if cfg.obs == "pixels" else ()
             cell = make_foreign_env(cfg, cameras, cfg.image_size, reward_classifier)
         else:
-            cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, reward_classifier)
+            cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, reward_classifier,
+                                     cfg.collision_reflex)
         return with_base_policy(cfg, cell)
 
     cell = make_cell(cfg.reward_classifier)
