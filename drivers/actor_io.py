@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from robot_rl.contract import OPERATOR_EVENTS, OperatorTakeover
+from robot_rl.contract import ARM_STOPPED_BY_REFLEX, OPERATOR_EVENTS, OperatorTakeover
 from robot_rl.drivers import messages as msgs
 from robot_rl.runtime.wire import encode
 
@@ -129,20 +129,33 @@ class ArmMode:
         self.logger = logger
         self.mode = ""
         self.backend_fault = False
+        self.fault_kind: str | None = None  # the backend's last fault: reflex, command, connection, ...
+        self.faults = 0  # the backend's faults so far (its counts)
+        self._reflex_told = 0  # the fault count of the last reflex ``holds`` reported
 
     def on_status(self, msg) -> None:
         try:
             status = json.loads(msg.data)
             self.mode = str(status.get("mode", ""))
             self.backend_fault = bool(status.get("backend_fault", False))
-        except (ValueError, AttributeError):
+            backend = status.get("backend") or {}
+            self.fault_kind = (backend.get("last_fault") or {}).get("kind")
+            self.faults = int((backend.get("counts") or {}).get("faults", 0))
+        except (ValueError, TypeError, AttributeError):
             self.logger.warning(f"ignoring a malformed arm status {msg.data[:80]!r}")
 
     def holds(self) -> str:
         """The mode if the arm ignores commands (e-stop, or its operator is gone), "backend_fault"
         while its backend stands faulted (a servo silent, the connection lost: it sends nothing to
         the robot), else "": what the actor sends is then not what happens, so nothing of it may
-        be learned or recorded."""
+        be learned or recorded. A new collision reflex (a Franka's) is said once, as
+        ``contract.ARM_STOPPED_BY_REFLEX``: the actor ends its episode there as a failure; while the
+        backend recovers from it, "backend_fault"."""
         if self.mode in ("estop", "operator_lost"):
             return self.mode
-        return "backend_fault" if self.backend_fault else ""
+        if not self.backend_fault:
+            return ""
+        if self.fault_kind == ARM_STOPPED_BY_REFLEX and self.faults != self._reflex_told:
+            self._reflex_told = self.faults
+            return ARM_STOPPED_BY_REFLEX
+        return "backend_fault"

@@ -19,7 +19,9 @@ Operator events (``contract.OPERATOR_EVENTS``) go to ``handle``: success / failu
 episode at the next step with that outcome, reset ends it now, rerecord ends it and drops its
 recording, pause / resume stop and restart acting. When the arm holds (``arm_holds()`` names
 why, e.g. e-stop, or its operator is gone) what was sent is not what happened: the episode is dropped, never
-learned from or recorded, and the next one starts when the arm takes commands again.
+learned from or recorded, and the next one starts when the arm takes commands again. A collision
+reflex (``arm_holds()`` says ``contract.ARM_STOPPED_BY_REFLEX``) is not dropped: the episode ends
+there as a failure, learned from and recorded, as the twin's reflex ends one (``info["reflex"]``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robot_rl.contract import OPERATOR_EVENTS, Transition
+from robot_rl.contract import ARM_STOPPED_BY_REFLEX, OPERATOR_EVENTS, Transition
 from robot_rl.envs import check_observation
 from robot_rl.reward.wrapper import OperatorOutcome
 from robot_rl.errors import InputError, TrainingError
@@ -260,7 +262,9 @@ class ActorLoop:
         success = bool(info["success"])
         tally = self._tally.summary()
         self.stats.count_episode(success, tally["interventions"], tally["intervention_steps"])
-        record = {"steps": self.stats.steps, "success": success,
+        reflex = bool(info.get("reflex", False))
+        self.stats.reflex_stops += reflex
+        record = {"steps": self.stats.steps, "success": success, "reflex": reflex,
                   "ground_truth_solved": self._solved if self.ground_truth else None,
                   "reward_source": info.get("reward_source", "ground_truth"), "ended_by": self._end_request, **tally}
         if self.recorder is not None:
@@ -311,7 +315,11 @@ class ActorLoop:
         check_observation(next_raw, f"the env after step {self._tally.steps + 1} of its episode (actor step "
                                     f"{self.stats.steps + 1})")
         held = self.arm_holds() if self.arm_holds is not None else ""
-        if held:
+        if held == ARM_STOPPED_BY_REFLEX:
+            self.log(f"the arm stopped on its collision reflex: episode step {self._tally.steps + 1} ends the episode "
+                     "as a failure")
+            reward, terminated, info = 0.0, True, {**info, "success": False, "reflex": True}
+        elif held:
             return self._drop_episode(held, reward, info)
         by_human = human_action is not None
         if info.get("applied_by_operator"):  # the arm ran the operator's input: that is what is learned

@@ -188,6 +188,10 @@ def observation_space(
 # success / failure end it with that outcome, reset ends it now, rerecord ends it and drops it from
 # the recording, pause / resume stop and restart acting. The actor loop (actor.py) acts on them.
 OPERATOR_EVENTS = ("success", "failure", "reset", "rerecord", "pause", "resume")
+# What an actor's ``arm_holds()`` says when the arm stopped on its collision reflex (a Franka's, or the
+# twin's): unlike the other holds (e-stop, operator gone, a standing fault) what was sent is what
+# happened up to the stop, so the episode ends there as a failure and is learned from.
+ARM_STOPPED_BY_REFLEX = "reflex"
 
 
 class OperatorTakeover:

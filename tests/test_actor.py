@@ -1,9 +1,11 @@
 """The one actor loop (robot_rl/actor.py): the same seed and policy give the same transitions
 in-process (as ``robot-rl train`` runs it) and through the ROS actor node over DDS (arm_node
 with the sim twin in lockstep), and the loop's own bookkeeping: human takeover, operator
-events, episodes the arm held."""
+events, episodes the arm held or its collision reflex ended."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -130,18 +132,67 @@ def test_operator_events_end_episodes_with_their_outcome_or_drop_the_recording()
         loop.handle("explode")
 
 
-def test_an_episode_the_arm_held_is_dropped_and_the_next_one_starts():
+def held_after_one_step(why: str):
+    """An actor loop one step into its episode when the arm starts holding for ``why``; returns
+    the loop, its recording sink, its log lines, the step's result and a function that lets go."""
     holding = {"now": ""}
     logged = []
     loop, sink = sim_loop(act=lambda raw, obs: np.zeros(7, np.float32), arm_holds=lambda: holding["now"],
                           log=logged.append)
     loop.start(seed=3)
     loop.step()
-    holding["now"] = "estop"
-    result = loop.step()
+    holding["now"] = why
+    return loop, sink, logged, loop.step(), lambda: holding.update(now="")
+
+
+def test_an_episode_the_arm_held_is_dropped_and_the_next_one_starts():
+    loop, sink, logged, result, let_go = held_after_one_step("estop")
     assert result.dropped and loop.stats.dropped_arm_held == 1 and loop.stats.steps == 1
     assert sink.episodes == [] and "the arm holds (estop): dropping this episode (1 steps)" in logged[0]
-    holding["now"] = ""
+    let_go()
     result = loop.step()
     assert result.episode_step == 1  # a new episode
     assert loop.stats.episodes == 0
+
+
+def test_a_collision_reflex_ends_the_episode_as_a_failure_that_is_learned_from():
+    """Unlike an e-stop, a reflex stops the arm where the actions sent took it: the episode ends
+    there as a failure (reward 0), recorded and counted, and the next one starts."""
+    from robot_rl.contract import ARM_STOPPED_BY_REFLEX
+
+    loop, sink, logged, result, let_go = held_after_one_step(ARM_STOPPED_BY_REFLEX)
+    assert not result.dropped and result.reward == 0.0 and not result.success and result.info["reflex"]
+    assert result.episode["reflex"] and not result.episode["success"] and result.episode_step == 2
+    assert loop.stats.reflex_stops == 1 and loop.stats.episodes == 1 and loop.stats.dropped_arm_held == 0
+    assert loop.stats.steps == 2  # both steps kept, the one the reflex ended too
+    (episode,) = sink.episodes
+    assert list(np.flatnonzero(episode["terminated"])) == [1] and episode["reward"][1] == 0.0  # step 2's frame
+    assert "collision reflex: episode step 2 ends the episode as a failure" in logged[0]
+    let_go()
+    assert loop.step().episode_step == 1  # a new episode
+
+
+def test_the_arm_mode_says_a_franka_reflex_once_then_holds_while_it_recovers():
+    """``ArmMode`` reads the backend's last fault from ``arm/status``: each new reflex is said once
+    (its episode ends a failure); the recovery after it is a standing fault (dropped)."""
+    from types import SimpleNamespace
+
+    from robot_rl.drivers.actor_io import ArmMode
+
+    warnings = []
+    mode = ArmMode(SimpleNamespace(warning=warnings.append))
+    status = lambda fault, faults, kind: SimpleNamespace(data=json.dumps(  # noqa: E731
+        {"mode": "velocity", "backend_fault": fault,
+         "backend": {"backend": "franka", "counts": {"faults": faults}, "last_fault": kind and {"kind": kind}}}))
+    mode.on_status(status(False, 0, None))
+    assert mode.holds() == ""
+    mode.on_status(status(True, 1, "reflex"))
+    assert mode.holds() == "reflex" and mode.holds() == "backend_fault"  # once; then recovering
+    mode.on_status(status(False, 1, "reflex"))
+    assert mode.holds() == ""  # recovered
+    mode.on_status(status(True, 2, "connection"))
+    assert mode.holds() == "backend_fault"
+    mode.on_status(status(True, 3, "reflex"))
+    assert mode.holds() == "reflex"
+    mode.on_status(SimpleNamespace(data=json.dumps({"mode": "velocity", "backend": {"counts": {"faults": "x"}}})))
+    assert len(warnings) == 1 and "ignoring a malformed arm status" in warnings[0]

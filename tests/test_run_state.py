@@ -54,7 +54,8 @@ def test_actor_counts_count_steps_and_episodes():
     counts.count_episode(True, interventions=2, intervention_steps=5)
     counts.count_episode(False, interventions=0, intervention_steps=0)
     assert counts.as_dict() == {"steps": 3, "episodes": 2, "successes": 1, "interventions": 2,
-                                "intervention_steps": 5, "recorded": 0, "rerecorded": 0, "dropped_arm_held": 0}
+                                "intervention_steps": 5, "recorded": 0, "rerecorded": 0, "dropped_arm_held": 0,
+                                "reflex_stops": 0}
 
 
 def test_a_checkpoint_written_before_run_state_loads_and_round_trips():

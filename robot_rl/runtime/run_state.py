@@ -40,6 +40,7 @@ class ActorCounts:
     recorded            finished episodes the recorder kept
     rerecorded          episodes the operator ended with "rerecord" (their recording dropped)
     dropped_arm_held    episodes dropped because the arm held (e-stop, operator gone, ...)
+    reflex_stops        of the finished episodes, the ones the arm's collision reflex ended (failures)
     """
 
     steps: int = 0
@@ -50,6 +51,7 @@ class ActorCounts:
     recorded: int = 0
     rerecorded: int = 0
     dropped_arm_held: int = 0
+    reflex_stops: int = 0
 
     def count_step(self) -> None:
         self.steps += 1
