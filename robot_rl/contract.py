@@ -120,7 +120,7 @@ class ControlLimits:
 # The Franka's collision reflex: libfranka's default thresholds of set_collision_behavior on the
 # external wrench (N along x y z, Nm about x y z, base frame). The real driver sets them on the
 # arm (drivers/franka.py); the twin ends an episode where its end effector passes one of them
-# (on the tasks that ask for it: sim/tasks.py, Task.collision_reflex).
+# (in a run that asks for it: robot-rl train --collision-reflex).
 COLLISION_FORCE_THRESHOLDS = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
 
 

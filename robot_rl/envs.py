@@ -105,11 +105,9 @@ def obs_spec(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], np.dtyp
 
 
 def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
-             cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
-             collision_reflex: bool = False) -> FlatObservation:
+             cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None) -> FlatObservation:
     """The sim twin wrapped for learning: ``make_cell_env`` behind a ``FlatObservation``."""
-    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier,
-                                         collision_reflex), obs, cameras)
+    return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs, cameras)
 
 
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
@@ -131,12 +129,8 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
 
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
-    reflex = {}
-    if collision_reflex:
-        if get_task(task).robot != "panda":
-            raise InputError(f"the collision reflex is the Panda twin's (a Franka's); task {task} is the "
-                             f"{get_task(task).robot}'s")
-        reflex = {"collision_reflex": True}
+    if collision_reflex and (robot := get_task(task).robot) != "panda":
+        raise InputError(f"the collision reflex is the Panda twin's (a Franka's); task {task} is the {robot}'s")
     render = obs == "pixels"
     classifier = None
     if reward_classifier is not None:
@@ -147,7 +141,8 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
             render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
         else:
             cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
-    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras), **reflex)
+    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras),
+               **({"collision_reflex": True} if collision_reflex else {}))  # the SO-101's twin has none
     if classifier is not None:
         from robot_rl.reward.wrapper import ClassifierReward
 
