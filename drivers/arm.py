@@ -30,8 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from robot_rl.contract import (STATE_SLICES, ControlLimits, GripperCommand, OperatorTakeover, SafetyBox,
-                               gripper_command)
+from robot_rl.contract import (ARM_STOPPED_BY_REFLEX, STATE_SLICES, ControlLimits, GripperCommand, OperatorTakeover,
+                               SafetyBox, gripper_command)
 from robot_rl.geometry import matrix_to_rotvec, quat_to_matrix
 from robot_rl.errors import InputError
 
@@ -223,10 +223,17 @@ class ArmSupervisor:
 class SimArm:
     """The sim twin as an arm: one ``apply`` = one control period of physics (the impedance
     controller runs inside at the physics rate). It also reports what only a simulator knows:
-    the success flag, object poses, and the scene state a sim camera renders from."""
+    the success flag, object poses, and the scene state a sim camera renders from.
+
+    ``collision_reflex``: the twin stops as a Franka's collision reflex does (``sim/env.py``): the
+    period whose contact wrench passes the thresholds is the last one executed; ``status()`` then
+    reports the fault as ``drivers/franka.py`` does (not connected, ``last_fault`` of kind
+    ``contract.ARM_STOPPED_BY_REFLEX``, ``counts["faults"]``), so the actor ends its episode there
+    as a failure; the arm stands through the next period (the command is dropped, as while libfranka
+    recovers) and takes commands again after it, or at the next reset."""
 
     def __init__(self, task: str = "PickCube", backend: str = "mujoco", seed: int = 0,
-                 limits: ControlLimits = ControlLimits()):
+                 limits: ControlLimits = ControlLimits(), collision_reflex: bool = False):
         from robot_rl.sim.env import PandaCellEnv
         from robot_rl.sim.tasks import get_task
 
@@ -234,22 +241,23 @@ class SimArm:
             raise InputError(f"the sim arm backend is the Panda's twin; task {task} is the {get_task(task).robot}'s "
                              "(an SO-101 cell on ROS 2: arm_node backend:=so101 on the simulated arm, "
                              "python -m robot_rl.drivers.so101_sim)")
-        # Without the twin's collision reflex for now: the ROS path would have to hold the arm and report
-        # a fault as drivers/franka.py does, and the actor drop the episode (left out; the in-process
-        # twin of `robot-rl train` ends such an episode as a failure).
         self.env = PandaCellEnv(task=task, backend=backend, images=False, privileged=True, limits=limits,
-                                collision_reflex=False)
+                                collision_reflex=collision_reflex)
         self.control_hz = limits.control_hz
         self.seed = seed
         self.episode = 0
         self.success = False
         self._obs: dict = {}
+        self.counts = {"faults": 0, "recoveries": 0}
+        self.last_fault: dict | None = None
+        self.stopped = False  # by the collision reflex, until the next period or reset
 
     @property
     def safety_box(self) -> SafetyBox:
         return self.env.task.safety_box
 
     def reset(self) -> np.ndarray:
+        self._recover()
         self._obs, _ = self.env.reset(seed=self.seed + self.episode)
         self.episode += 1
         self.success = False
@@ -261,8 +269,27 @@ class SimArm:
         return self._obs["state"]
 
     def apply(self, action: np.ndarray) -> None:
-        self._obs, _, success, _, _ = self.env.step(action)
-        self.success = bool(success)
+        if self.stopped:  # the period after a reflex: the arm stands while it recovers
+            self._recover()
+            return
+        self._obs, _, _, _, info = self.env.step(action)
+        self.success = bool(info["success"])  # not ``terminated``: a reflex ends the episode too
+        if info["reflex"]:
+            self.stopped = True
+            self.counts["faults"] += 1
+            self.last_fault = {"kind": ARM_STOPPED_BY_REFLEX,
+                               "message": "collision reflex: the end effector's contact wrench passed "
+                                          f"{list(self.env.collision_thresholds)} (N, Nm)"}
+
+    def _recover(self) -> None:
+        if self.stopped:
+            self.stopped = False
+            self.counts["recoveries"] += 1
+
+    def status(self) -> dict:
+        """What ``arm/status`` carries of the backend (the shape of ``FrankaArm.status``)."""
+        return {"backend": "sim", "connected": not self.stopped, "collision_reflex": self.env.collision_reflex,
+                "counts": dict(self.counts), "last_fault": self.last_fault}
 
     def privileged(self) -> dict[str, np.ndarray]:
         return self._obs.get("privileged", {})

@@ -58,6 +58,9 @@ class ArmNodeConfig:
     watchdog_periods: float = 2.0
     frame_id: str = "base"
     publish_scene: bool = True  # sim: the scene state the sim cameras render
+    # sim: the twin stops as a Franka's collision reflex does and reports it as drivers/franka.py does (the
+    # actor ends its episode there as a failure); a real Franka has its own (force_thresholds)
+    collision_reflex: bool = False
     require_operator: bool = False  # hold while the teleop node's heartbeat is missing (see the module's doc)
     operator_timeout_s: float = 0.5
     # sim only: the twin advances one control period per actor command (velocity + gripper)
@@ -104,8 +107,11 @@ BACKENDS = ("sim", "franka", "so101")
 
 def make_backend(cfg: ArmNodeConfig, task):
     limits = ControlLimits(control_hz=cfg.control_hz)
+    if cfg.collision_reflex and cfg.backend != "sim":
+        raise InputError(f"collision_reflex:=true is the sim twin's; arm backend {cfg.backend} stops as the arm "
+                         "itself does (a Franka on its force_thresholds)")
     if cfg.backend == "sim":
-        return SimArm(cfg.task, cfg.sim_engine, cfg.seed, limits)
+        return SimArm(cfg.task, cfg.sim_engine, cfg.seed, limits, collision_reflex=cfg.collision_reflex)
     if cfg.backend == "franka":
         from robot_rl.drivers.franka import FrankaArm, FrankaSettings
 
@@ -132,6 +138,13 @@ def make_backend(cfg: ArmNodeConfig, task):
                         task.uses_gripper, cfg.seed)
     raise InputError(f"unknown arm backend {cfg.backend!r}; available: {', '.join(BACKENDS)} (real arms implement "
                      "drivers.arm.ArmBackend)")
+
+
+def backend_faulted(backend: dict | None) -> bool:
+    """Whether a backend's ``status()`` says it stands faulted (a reflex being recovered from, a
+    servo silent, the connection lost): it sends nothing to the robot meanwhile, so the actor
+    drops what it does (or, for a new collision reflex, ends its episode there: ``ArmMode``)."""
+    return bool(backend) and (backend.get("fault") is not None or backend.get("connected") is False)
 
 
 def wait_for_files(paths, timeout_s: float) -> None:
@@ -389,8 +402,7 @@ class ArmNode(Node):
     def publish_status(self):
         s = self.supervisor
         backend = self.backend.status() if hasattr(self.backend, "status") else None
-        # a backend that stands faulted sends nothing to the robot: the actor drops what it does meanwhile
-        fault = bool(backend) and (backend.get("fault") is not None or backend.get("connected") is False)
+        fault = backend_faulted(backend)
         self.pub_status.publish(String(data=status_json(mode=s.mode, estopped=s.estopped, ticks=self.ticks,
                                                         operator_required=self.cfg.require_operator,
                                                         operator_present=s.operator_present,

@@ -62,6 +62,17 @@ class CellConfig:
 
 
 @dataclass
+class CollisionReflexConfig:
+    """Whether the twin the run practises on stops as a Franka does (the trainer's; the learner node
+    records the ROS sim arm's, so that ``robot-rl eval`` grades the run on the same twin)."""
+
+    collision_reflex: bool = setting(False, "the twin stops as a Franka's collision reflex does: an episode whose "
+                                            "end-effector contact force passes libfranka's thresholds (20 N a "
+                                            "translational axis) ends there as a failure (sim/env.py; over ROS the "
+                                            "sim_train stack's collision_reflex:=true)", kept_on_resume=True)
+
+
+@dataclass
 class PolicyConfig:
     """What shapes the policy's networks: the actor's copy is built as the learner's."""
 
@@ -217,14 +228,11 @@ HUMAN_WATCHES = ("auto", "progress", "clock")  # what the simulated human on a G
 
 # ------------------------------------------------------------------ robot-rl train
 @dataclass
-class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CellConfig):
+class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CollisionReflexConfig,
+                  CellConfig):
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
     backend: str = setting("mujoco", "the simulator", kept_on_resume=True)
-    collision_reflex: bool = setting(False, "the twin stops as a Franka's collision reflex does: an episode whose "
-                                            "end-effector contact force passes libfranka's thresholds (20 N a "
-                                            "translational axis) ends there as a failure (sim/env.py)",
-                                     kept_on_resume=True)
     demos: int = setting(10, "scripted demonstrations to record first (ignored with demo_store); --demos also takes "
                              "an episode store", metavar="N|STORE", parse=demos_or_store, kept_on_resume=True)
     demo_noise: float = setting(0.1, "action noise of the scripted demonstrations", kept_on_resume=True)
@@ -571,7 +579,8 @@ class ActorNodeConfig(BasePolicyConfig, TaskFileConfig, RewardConfig, PolicyConf
 
 
 @dataclass
-class LearnerNodeConfig(BasePolicyConfig, TaskFileConfig, LearningConfig, PolicyConfig, CellConfig):
+class LearnerNodeConfig(BasePolicyConfig, TaskFileConfig, LearningConfig, PolicyConfig, CollisionReflexConfig,
+                        CellConfig):
     """``learner_node``: SAC/RLPD updates from the actors' transitions."""
 
     run_dir: str = setting("runs/ros-train", "checkpoints and learner_config.json")

@@ -249,6 +249,79 @@ def test_sim_camera_renders_what_the_arm_simulates():
     arm.close()
 
 
+class PressThroughTheArm:
+    """``press_the_peg_onto_the_block``'s env, played through the arm backend as the arm node plays it."""
+
+    def __init__(self, arm: SimArm):
+        self.arm, self.unwrapped = arm, arm.env.unwrapped
+
+    def reset(self, seed=None):
+        self.arm.reset()
+        return self.arm._obs, {}
+
+    def step(self, action):
+        faults = self.arm.counts["faults"]
+        self.arm.apply(action)
+        stopped = self.arm.counts["faults"] > faults
+        return self.arm._obs, 0.0, stopped, False, {"reflex": stopped}
+
+
+def test_the_sim_arm_stops_on_the_collision_reflex_and_says_so_as_a_franka_does():
+    """arm_node collision_reflex:=true: a press on the block is the last period the twin's arm
+    executes; its status says so as FrankaArm's does, which the actor reads as one reflex (its
+    episode ends there, a failure); the arm stands through the next period and then takes commands
+    again; a reset starts afresh. Without the reflex the same press goes on."""
+    from types import SimpleNamespace
+
+    from robot_rl.contract import ARM_STOPPED_BY_REFLEX
+    from robot_rl.drivers.actor_io import ArmMode
+    from robot_rl.drivers.arm_node import backend_faulted
+    from robot_rl.drivers.node import status_json
+    from tests.helpers.common import press_the_peg_onto_the_block
+
+    arm = SimArm("PegInsertHard", collision_reflex=True)
+    assert arm.status() == {"backend": "sim", "connected": True, "collision_reflex": True,
+                            "counts": {"faults": 0, "recoveries": 0}, "last_fault": None}
+    steps = list(press_the_peg_onto_the_block(PressThroughTheArm(arm)))
+    assert len(steps) < 10 and steps[-1][4]["reflex"] and not arm.success
+    status = arm.status()
+    assert status["connected"] is False and status["counts"] == {"faults": 1, "recoveries": 0}
+    assert status["last_fault"]["kind"] == ARM_STOPPED_BY_REFLEX and "collision reflex" in status["last_fault"]["message"]
+    mode = ArmMode(SimpleNamespace(warning=pytest.fail))
+    mode.on_status(SimpleNamespace(data=status_json(mode="velocity", backend_fault=backend_faulted(status),
+                                                    backend=status)))
+    assert mode.holds() == ARM_STOPPED_BY_REFLEX and mode.holds() == "backend_fault"  # said once
+    tcp = arm.state()[STATE_SLICES["tcp_pos"]].copy()
+    up = np.array([0, 0, 1, 0, 0, 0, 0], np.float32)
+    arm.apply(up)  # the period after the reflex: the arm stands while it recovers
+    assert np.array_equal(arm.state()[STATE_SLICES["tcp_pos"]], tcp)
+    assert arm.status()["connected"] is True and arm.status()["counts"] == {"faults": 1, "recoveries": 1}
+    arm.apply(up)
+    assert arm.state()[STATE_SLICES["tcp_pos"]][2] > tcp[2] + 0.005  # its commands run again
+    steps = list(press_the_peg_onto_the_block(PressThroughTheArm(arm)))  # the next episode's press
+    assert steps[-1][4]["reflex"] and arm.status()["counts"]["faults"] == 2
+    arm.reset()
+    assert arm.status()["connected"] is True and arm.status()["counts"] == {"faults": 2, "recoveries": 2}
+    arm.close()
+
+    arm = SimArm("PegInsertHard")
+    steps = list(press_the_peg_onto_the_block(PressThroughTheArm(arm)))
+    assert len(steps) == 10 and arm.status()["counts"]["faults"] == 0 and arm.status()["connected"] is True
+    assert arm.state()[STATE_SLICES["ee_force"]][2] > 30.0  # pressing hard, unstopped
+    arm.close()
+
+
+def test_the_collision_reflex_of_the_arm_node_is_the_sim_twins_alone():
+    from robot_rl.drivers.arm_node import ArmNodeConfig, make_backend
+    from robot_rl.errors import InputError
+
+    for backend in ("franka", "so101"):
+        with pytest.raises(InputError, match=f"collision_reflex:=true is the sim twin's; arm backend {backend} "):
+            make_backend(ArmNodeConfig(backend=backend, collision_reflex=True), None)
+    with pytest.raises(InputError, match="the sim arm backend is the Panda's twin"):
+        make_backend(ArmNodeConfig(task="PickCubeSO101", collision_reflex=True), None)
+
+
 def test_crop_and_resize():
     img = np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3)
     assert crop_resize(img, parse_crop("8,16,32,32"), None).shape == (32, 32, 3)

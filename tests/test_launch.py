@@ -49,6 +49,10 @@ def test_arguments_are_substituted_with_types():
                                             "privileged": True}
     assert nodes["learner"].parameters["batch_size"] == 16 and nodes["learner"].respawn
     assert nodes["actor"].parameters["reward_classifier"] == "" and nodes["actor"].parameters["demo_store"] == "d.zarr"
+    # the twin's collision reflex: off unless asked for; the arm stops on it, the learner records it for evaluations
+    assert nodes["arm"].parameters["collision_reflex"] is False and nodes["learner"].parameters["collision_reflex"] is False
+    nodes = {n.name: n for n in resolve("sim_train", {"collision_reflex": "true"})}
+    assert nodes["arm"].parameters["collision_reflex"] is True and nodes["learner"].parameters["collision_reflex"] is True
 
 
 def test_bad_launch_requests_are_refused_clearly(tmp_path, capsys):
@@ -264,7 +268,7 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     cmd = [str(Path(sys.executable).with_name("robot-rl")), "launch", "sim_train", f"run_dir:={run}",
            f"demo_store:={demos}", "env_steps:=60", "image_size:=32", "cameras:=[front]",
            "learner.pretrain_steps:=20", "learner.critic_warmup_steps:=20", "learner.batch_size:=32",
-           "actor.max_episode_steps:=20"]
+           "actor.max_episode_steps:=20", "collision_reflex:=true"]
     # the stack's side/wrist cameras still run; the actor and recorder read only the front one
     result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -272,7 +276,8 @@ def test_robot_rl_launch_runs_the_sim_stack(tmp_path):
     store = EpisodeStore.open(run / "online.zarr")
     assert len(store) >= 2 and store.cameras == {"front": (32, 32)}
     ckpt = latest_checkpoint(run)  # the learner's newest checkpoint, verified
-    assert ckpt is not None and read_state(ckpt)["train_config"]["task"] == "PickCube"
+    trained = read_state(ckpt)["train_config"]
+    assert trained["task"] == "PickCube" and trained["collision_reflex"] is True  # what robot-rl eval grades on
 
 
 def test_a_stack_run_that_overruns_leaves_nothing_running(tmp_path):
