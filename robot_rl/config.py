@@ -61,15 +61,23 @@ class CellConfig:
     seed: int = setting(0, "random seed")
 
 
+ARM_MAX_FORCE = 60.0  # N per axis: the twin's impedance controller's own bound (sim/controller.py ImpedanceGains)
+
+
 @dataclass
-class CollisionReflexConfig:
-    """Whether the twin the run practises on stops as a Franka does (the trainer's; the learner node
-    records the ROS sim arm's, so that ``robot-rl eval`` grades the run on the same twin)."""
+class ContactConfig:
+    """How the twin's arm meets contact in a run: a Franka's collision reflex and the impedance
+    controller's force bound (the trainer's twin; the learner node records them, so that
+    ``robot-rl eval`` grades the run on the same twin)."""
 
     collision_reflex: bool = setting(False, "the twin stops as a Franka's collision reflex does: an episode whose "
                                             "end-effector contact force passes libfranka's thresholds (20 N a "
                                             "translational axis) ends there as a failure (sim/env.py; over ROS the "
                                             "sim_train stack's collision_reflex:=true)", kept_on_resume=True)
+    arm_max_force: float = setting(ARM_MAX_FORCE, "the Panda twin's impedance controller asks for at most this force, "
+                                                  "N per axis (about 20: a Franka under SERL's reference clipping, a "
+                                                  "compliance that keeps a press under the collision reflex)",
+                                   metavar="N", kept_on_resume=True)
 
 
 @dataclass
@@ -228,7 +236,7 @@ HUMAN_WATCHES = ("auto", "progress", "clock")  # what the simulated human on a G
 
 # ------------------------------------------------------------------ robot-rl train
 @dataclass
-class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, CollisionReflexConfig,
+class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, PolicyConfig, ContactConfig,
                   CellConfig):
     """``robot-rl train``: the sim twin, the actor loop and its learner."""
 
@@ -281,6 +289,10 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
         self.validate_base()
         if self.collision_reflex and self.env is not None:
             raise InputError(f"--collision-reflex is the Panda twin's; --env {self.env} ends its own episodes")
+        if not self.arm_max_force > 0:
+            raise InputError(f"--arm-max-force must be > 0 (N per axis), got {self.arm_max_force:g}")
+        if self.arm_max_force != ARM_MAX_FORCE and self.env is not None:
+            raise InputError(f"--arm-max-force is the Panda twin's controller's; --env {self.env} moves its own arm")
         if self.env is not None:
             if self.human_eagerness > 0 and not self.env_expert:
                 raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "
@@ -579,7 +591,7 @@ class ActorNodeConfig(BasePolicyConfig, TaskFileConfig, RewardConfig, PolicyConf
 
 
 @dataclass
-class LearnerNodeConfig(BasePolicyConfig, TaskFileConfig, LearningConfig, PolicyConfig, CollisionReflexConfig,
+class LearnerNodeConfig(BasePolicyConfig, TaskFileConfig, LearningConfig, PolicyConfig, ContactConfig,
                         CellConfig):
     """``learner_node``: SAC/RLPD updates from the actors' transitions."""
 

@@ -110,9 +110,17 @@ def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=
     return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs, cameras)
 
 
+def arm_max_force(newtons: float) -> float | None:
+    """A run's ``arm_max_force`` as ``make_cell_env`` takes it: None where it is the controller's own
+    bound (so a task whose twin has no such setting, an SO-101's, takes the default)."""
+    from robot_rl.config import ARM_MAX_FORCE
+
+    return None if float(newtons) == ARM_MAX_FORCE else float(newtons)
+
+
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
                   cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
-                  collision_reflex: bool = False) -> gym.Env:
+                  collision_reflex: bool = False, arm_max_force: float | None = None) -> gym.Env:
     """The sim twin with contract (raw) observations, rendering what ``obs`` needs. Pixel mode
     keeps the privileged poses in the raw observation (the scripted demonstrator reads them);
     ``FlatObservation`` never shows them to the agent.
@@ -123,14 +131,18 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     classifier's cameras for the classifier alone; a pixel env renders the policy's cameras and
     the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's.
     An SO-101 task is its own twin (``robot_rl.sim.make``: sim/so101_env.py). ``collision_reflex``:
-    the Panda twin stops as a Franka's collision reflex does (sim/env.py)."""
+    the Panda twin stops as a Franka's collision reflex does; ``arm_max_force``: its impedance
+    controller's force bound, N per axis (None: the controller's own; sim/env.py)."""
     from robot_rl.sim import make
     from robot_rl.sim.tasks import get_task
 
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
-    if collision_reflex and (robot := get_task(task).robot) != "panda":
-        raise InputError(f"the collision reflex is the Panda twin's (a Franka's); task {task} is the {robot}'s")
+    contact = {**({"collision_reflex": True} if collision_reflex else {}),
+               **({"max_force": arm_max_force} if arm_max_force is not None else {})}
+    if contact and (robot := get_task(task).robot) != "panda":  # the SO-101's twin has neither
+        what = "the collision reflex" if collision_reflex else "the arm's force bound"
+        raise InputError(f"{what} is the Panda twin's (a Franka's); task {task} is the {robot}'s")
     render = obs == "pixels"
     classifier = None
     if reward_classifier is not None:
@@ -141,8 +153,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
             render, cameras, image_size = True, classifier.config.cameras, classifier.config.image_size
         else:
             cameras = tuple(cameras) + tuple(c for c in classifier.config.cameras if c not in cameras)
-    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras),
-               **({"collision_reflex": True} if collision_reflex else {}))  # the SO-101's twin has none
+    env = make(task, backend, images=render, image_size=tuple(image_size), cameras=tuple(cameras), **contact)
     if classifier is not None:
         from robot_rl.reward.wrapper import ClassifierReward
 

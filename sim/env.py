@@ -9,6 +9,12 @@ as a Franka's collision reflex does: where the external wrench from the end effe
 averaged over a control period, passes one of the per-axis thresholds
 (``contract.COLLISION_FORCE_THRESHOLDS``, libfranka's defaults, the real driver's), the arm stops
 and the episode ends there as a failure (``terminated``, reward 0, ``info["reflex"]`` true).
+
+``max_force`` bounds the Cartesian force the impedance controller asks for, per axis (default
+``ImpedanceGains.max_force``, 60 N; ``robot-rl train --arm-max-force``): what a Franka's
+impedance controller with SERL's reference clipping allows (its pose error clipped to about a
+centimetre at 2000 N/m, so about 20 N), the compliance under which a policy can press without
+passing the reflex's thresholds.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import numpy as np
 from robot_rl import contract
 from robot_rl.contract import (CAMERAS, COLLISION_FORCE_THRESHOLDS, SIM_CAMERAS, ControlLimits, GripperCommand,
                                gripper_command, validate_action)
-from robot_rl.sim.controller import PHYSICS_DT
+from robot_rl.sim.controller import PHYSICS_DT, ImpedanceGains
 from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_rl.sim.tasks import GRIPPER_OPEN_WIDTH, Layout, Task, get_task
 from robot_rl.errors import InputError
@@ -31,15 +37,15 @@ class UnknownBackendError(InputError):
     pass
 
 
-def make_backend(name: str, task: Task):
+def make_backend(name: str, task: Task, gains: ImpedanceGains = ImpedanceGains()):
     if name == "mujoco":
         from robot_rl.sim.mujoco_backend import MujocoBackend
 
-        return MujocoBackend(task)
+        return MujocoBackend(task, gains)
     if name == "pybullet":
         from robot_rl.sim.pybullet_backend import PybulletBackend
 
-        return PybulletBackend(task)
+        return PybulletBackend(task, gains)
     raise UnknownBackendError(f"unknown backend {name!r}; available backends: {', '.join(BACKENDS)}")
 
 
@@ -62,6 +68,7 @@ class PandaCellEnv(gym.Env):
         max_episode_steps: int | None = None,
         collision_reflex: bool = False,
         collision_thresholds: tuple[float, ...] = COLLISION_FORCE_THRESHOLDS,
+        max_force: float = ImpedanceGains.max_force,
     ):
         self.task = get_task(task)
         if self.task.robot != "panda":
@@ -75,10 +82,13 @@ class PandaCellEnv(gym.Env):
         if len(collision_thresholds) != 6 or min(collision_thresholds) <= 0:
             raise InputError(f"collision_thresholds must be 6 positive values (N along x y z, Nm about x y z), "
                              f"got {tuple(collision_thresholds)}")
+        if not max_force > 0:
+            raise InputError(f"max_force (the arm's force bound, N per axis) must be > 0, got {max_force}")
         if render_mode not in (None, "rgb_array"):
             raise InputError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.backend_name = backend
-        self.backend = make_backend(backend, self.task)
+        self.backend = make_backend(backend, self.task, ImpedanceGains(max_force=float(max_force)))
+        self.max_force = float(max_force)
         self.images = images
         self.image_size = (int(image_size[0]), int(image_size[1]))
         self.cameras = tuple(cameras)

@@ -11,7 +11,7 @@ import mujoco  # robot_rl/__init__.py has chosen the headless GL platform by now
 import numpy as np
 
 from robot_rl.sim import panda_description as panda
-from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
+from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance, ImpedanceGains
 from robot_rl.geometry import matrix_to_quat
 from robot_rl.sim.tasks import Layout, SceneObject, Task
 from robot_rl.errors import InputError
@@ -180,7 +180,7 @@ def _add_object(spec: mujoco.MjSpec, obj: SceneObject) -> None:
 class MujocoBackend:
     name = "mujoco"
 
-    def __init__(self, task: Task):
+    def __init__(self, task: Task, gains: ImpedanceGains = ImpedanceGains()):
         self.task = task
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # obj files without texture coordinates
@@ -212,7 +212,7 @@ class MujocoBackend:
                 self._objects[obj.name] = ("free", m.jnt_qposadr[jnt.id], m.jnt_dofadr[jnt.id])
             else:
                 self._objects[obj.name] = ("mocap", m.body_mocapid[body.id], None)
-        self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS)
+        self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS, gains)
         self._q_rest = np.asarray(task.home_joints, dtype=np.float64)
         self._hand_subtree_weight = m.body_subtreemass[self._hand] * np.linalg.norm(m.opt.gravity)
         # the end effector's bodies (per body id), for contact_wrench: the hand, its fingers and, while

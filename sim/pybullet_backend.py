@@ -8,7 +8,7 @@ import numpy as np
 import pybullet as pb
 
 from robot_rl.sim import panda_description as panda
-from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance
+from robot_rl.sim.controller import PHYSICS_DT, CartesianImpedance, ImpedanceGains
 from robot_rl.sim.tasks import Layout, SceneObject, Task
 from robot_rl.errors import InputError
 
@@ -33,7 +33,7 @@ class PybulletBackend:
     name = "pybullet"
     weld_held_object = True  # False: the held object stays in the hand by finger friction only
 
-    def __init__(self, task: Task):
+    def __init__(self, task: Task, gains: ImpedanceGains = ImpedanceGains()):
         self.task = task
         self._cid = cid = pb.connect(pb.DIRECT)
         pb.setTimeStep(PHYSICS_DT, physicsClientId=cid)
@@ -78,7 +78,7 @@ class PybulletBackend:
         self._objects = {obj.name: self._add_object(obj, i) for i, obj in enumerate(task.objects)}
         self._state_id = pb.saveState(physicsClientId=cid)  # the pristine state every reset restores
 
-        self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS)
+        self.controller = CartesianImpedance(panda.ARM_EFFORT_LIMITS, gains)
         self._q_rest = np.asarray(task.home_joints, dtype=np.float64)
         self._zeros = [0.0] * len(self._dofs)
         self._weld: int | None = None  # constraint holding ``layout.held_object`` in the hand

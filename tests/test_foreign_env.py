@@ -351,6 +351,10 @@ def test_a_progress_that_is_not_a_number_is_one_error_naming_it(env_map):
     (["--env", REACH, "--collision-reflex"], (f"--collision-reflex is the Panda twin's; --env {REACH} ends its own",)),
     (["--task", "PickCubeSO101", "--collision-reflex"], ("the collision reflex is the Panda twin's",
                                                           "task PickCubeSO101 is the so101's")),
+    (["--env", REACH, "--arm-max-force", "20"], (f"--arm-max-force is the Panda twin's controller's; --env {REACH}",)),
+    (["--task", "PickCubeSO101", "--arm-max-force", "20"], ("the arm's force bound is the Panda twin's",
+                                                             "task PickCubeSO101 is the so101's")),
+    (["--task", "PegInsertHard", "--arm-max-force", "0"], ("--arm-max-force must be > 0 (N per axis), got 0",)),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
     from robot_rl.commands.cli import main

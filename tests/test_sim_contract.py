@@ -285,11 +285,18 @@ def test_the_collision_reflex_is_asked_for_and_its_thresholds_are_checked():
     for bad in ((20.0, 20.0, 20.0), (20.0, 20.0, 0.0, 25.0, 25.0, 25.0)):
         with pytest.raises(robot_rl.errors.InputError, match="collision_thresholds must be 6 positive values"):
             make("PegInsertHard", collision_thresholds=bad)
+    for bad in (0.0, -5.0):
+        with pytest.raises(robot_rl.errors.InputError, match=r"max_force \(the arm's force bound, N per axis\) must be > 0"):
+            make("PegInsertHard", max_force=bad)
 
 
 def test_the_twin_and_the_franka_driver_share_the_reflex_thresholds():
     from robot_rl.drivers.franka import DEFAULT_FORCE_THRESHOLDS
 
     assert DEFAULT_FORCE_THRESHOLDS == contract.COLLISION_FORCE_THRESHOLDS == (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+    from robot_rl.config import ARM_MAX_FORCE
+    from robot_rl.sim.controller import ImpedanceGains
+
+    assert ImpedanceGains.max_force == ARM_MAX_FORCE  # train --arm-max-force's default is the controller's own
     env = make("PegInsertHard")
     assert tuple(env.unwrapped.collision_thresholds) == contract.COLLISION_FORCE_THRESHOLDS

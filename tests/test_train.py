@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from robot_rl.commands.cli import main
+from robot_rl.config import ARM_MAX_FORCE
 from robot_rl.runtime.checkpoint import CheckpointError
 from robot_rl.runtime.learner import NonFiniteLoss
 from robot_rl.commands.train import TrainConfig, train
@@ -179,6 +180,30 @@ def test_the_collision_reflex_is_the_runs_choice_in_training_and_in_its_evaluati
             for env in (cell, evaluation, later):
                 env.close()
     assert not make_twin_env("PegInsertHard", "mujoco", {}).unwrapped.collision_reflex  # runs from before the flag
+
+
+def test_the_arms_force_bound_is_the_runs_choice_in_training_and_in_its_evaluations():
+    """--arm-max-force: the actor's twin, the evaluations' and `robot-rl eval`'s (from the recorded
+    config) bound the controller's force alike; a press on the block stays under it, where the
+    controller's own 60 N presses through the Franka's 20 N."""
+    from robot_rl import contract
+    from robot_rl.commands.evaluate import make_twin_env
+    from robot_rl.commands.train import make_run_envs
+    from tests.helpers.common import press_the_peg_onto_the_block
+
+    for bound in (15.0, ARM_MAX_FORCE):
+        cell, evaluation = make_run_envs(TrainConfig(task="PegInsertHard", arm_max_force=bound))
+        later = make_twin_env("PegInsertHard", "mujoco", {"task": "PegInsertHard", "arm_max_force": bound})
+        try:
+            for env in (cell, evaluation, later):
+                assert env.unwrapped.max_force == bound
+            obs, *_ = list(press_the_peg_onto_the_block(cell))[-1]
+            pressing = obs["state"][contract.STATE_SLICES["ee_force"]][2]
+            assert (pressing < 20.0) if bound == 15.0 else (pressing > 30.0), pressing
+        finally:
+            for env in (cell, evaluation, later):
+                env.close()
+    assert make_twin_env("PegInsertHard", "mujoco", {}).unwrapped.max_force == ARM_MAX_FORCE  # runs from before it
 
 
 def test_train_cli_errors_are_one_line(tmp_path, capsys):
