@@ -110,17 +110,22 @@ def make_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=
     return FlatObservation(make_cell_env(task, backend, obs, image_size, cameras, reward_classifier), obs, cameras)
 
 
-def arm_max_force(newtons: float) -> float | None:
-    """A run's ``arm_max_force`` as ``make_cell_env`` takes it: None where it is the controller's own
-    bound (so a task whose twin has no such setting, an SO-101's, takes the default)."""
+def twin_contact(run: dict) -> dict:
+    """How the twin meets contact in a run, from its settings (``TrainConfig``'s fields, or a
+    checkpoint's ``train_config``): its collision reflex and its arm's force bound, as
+    ``make_cell_env`` and ``robot_rl.sim.make`` take them, so that training, evaluations and the
+    policy's recorded rollouts meet the same twin; {} for neither (the SO-101's twin has no such
+    setting; runs from before them)."""
     from robot_rl.config import ARM_MAX_FORCE
 
-    return None if float(newtons) == ARM_MAX_FORCE else float(newtons)
+    force = float(run.get("arm_max_force", ARM_MAX_FORCE))
+    return {**({"collision_reflex": True} if run.get("collision_reflex") else {}),
+            **({"max_force": force} if force != ARM_MAX_FORCE else {})}
 
 
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
                   cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
-                  collision_reflex: bool = False, arm_max_force: float | None = None) -> gym.Env:
+                  collision_reflex: bool = False, max_force: float | None = None) -> gym.Env:
     """The sim twin with contract (raw) observations, rendering what ``obs`` needs. Pixel mode
     keeps the privileged poses in the raw observation (the scripted demonstrator reads them);
     ``FlatObservation`` never shows them to the agent.
@@ -131,7 +136,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     classifier's cameras for the classifier alone; a pixel env renders the policy's cameras and
     the classifier's (at one image size), ``FlatObservation(..., cameras)`` picks the policy's.
     An SO-101 task is its own twin (``robot_rl.sim.make``: sim/so101_env.py). ``collision_reflex``:
-    the Panda twin stops as a Franka's collision reflex does; ``arm_max_force``: its impedance
+    the Panda twin stops as a Franka's collision reflex does; ``max_force``: its impedance
     controller's force bound, N per axis (None: the controller's own; sim/env.py)."""
     from robot_rl.sim import make
     from robot_rl.sim.tasks import get_task
@@ -139,7 +144,7 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
     contact = {**({"collision_reflex": True} if collision_reflex else {}),
-               **({"max_force": arm_max_force} if arm_max_force is not None else {})}
+               **({"max_force": max_force} if max_force is not None else {})}
     if contact and (robot := get_task(task).robot) != "panda":  # the SO-101's twin has neither
         what = "the collision reflex" if collision_reflex else "the arm's force bound"
         raise InputError(f"{what} is the Panda twin's (a Franka's); task {task} is the {robot}'s")

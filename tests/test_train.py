@@ -206,6 +206,27 @@ def test_the_arms_force_bound_is_the_runs_choice_in_training_and_in_its_evaluati
     assert make_twin_env("PegInsertHard", "mujoco", {}).unwrapped.max_force == ARM_MAX_FORCE  # runs from before it
 
 
+def test_a_runs_evaluations_and_recorded_rollouts_meet_the_twin_it_practised_on(tmp_path, monkeypatch):
+    """A run with the collision reflex and a force bound: `robot-rl eval` and `robot-rl record
+    --policy` (the main job's rollouts for the classifier's check) build the twin as it trained."""
+    import robot_rl.sim
+    from robot_rl.commands.evaluate import make_twin_env
+    from robot_rl.commands.record import record_rollouts
+    from robot_rl.runtime.checkpoint import read_state, resolve_checkpoint
+
+    run = tmp_path / "run"
+    train(TrainConfig(task="PegInsertHard", demos=1, env_steps=10, eval_every=10, learner="inline", run_dir=str(run),
+                      collision_reflex=True, arm_max_force=15.0, **TINY), log=lambda m: None)
+    trained = read_state(resolve_checkpoint(run))["train_config"]
+    later = make_twin_env("PegInsertHard", "mujoco", trained)
+    assert later.unwrapped.collision_reflex and later.unwrapped.max_force == 15.0
+    later.close()
+    built, make = [], robot_rl.sim.make
+    monkeypatch.setattr(robot_rl.sim, "make", lambda *a, **kw: built.append(kw) or make(*a, **kw))
+    record_rollouts(tmp_path / "rollouts.zarr", "PegInsertHard", 1, policy=str(run))
+    assert built and built[-1]["collision_reflex"] is True and built[-1]["max_force"] == 15.0
+
+
 def test_train_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["train", "--pretrained", str(tmp_path / "resnet18.pt"), "--obs", "pixels", "--steps", "10"]) == 2
     assert "no such file" in capsys.readouterr().err

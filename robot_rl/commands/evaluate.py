@@ -77,14 +77,12 @@ def make_twin_env(task: str, backend: str, trained: dict):
     """The twin as the run's policy observes it (with its collision reflex and its arm's force bound if the
     run had them), with the run's base policy (if it had one) beside it."""
     from robot_rl.base_policy import with_base_policy
-    from robot_rl.config import ARM_MAX_FORCE
-    from robot_rl.envs import FlatObservation, arm_max_force, make_cell_env
+    from robot_rl.envs import FlatObservation, make_cell_env, twin_contact
 
     obs, cameras = trained.get("obs", "state"), tuple(trained.get("cameras", ("front", "wrist")))
     cell = with_base_policy(base_settings(trained),
                             make_cell_env(task, backend, obs, tuple(trained.get("image_size", (64, 64))), cameras,
-                                          collision_reflex=trained.get("collision_reflex", False),
-                                          arm_max_force=arm_max_force(trained.get("arm_max_force", ARM_MAX_FORCE))))
+                                          **twin_contact(trained)))
     try:
         return FlatObservation(cell, obs, cameras)
     except BaseException:

@@ -71,12 +71,16 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
         return record_env_rollouts(out, c, on_episode)
     policy, seed, hold_after_success, hold_release = c.policy, c.seed, c.hold_after_success, c.hold_release
     continue_after_success, hold_motion, hold_rise = c.continue_after_success, c.hold_motion, c.hold_rise
-    device = c.device
+    device, contact = c.device, {}
     if policy is not None:
+        from robot_rl.envs import twin_contact
+        from robot_rl.runtime.checkpoint import read_state, resolve_checkpoint
         from robot_rl.runtime.device import resolve_device
 
         device = resolve_device(device)  # before the sim starts and the store is created
-    env = make(task, c.backend, images=c.images, image_size=tuple(c.image_size), cameras=tuple(c.cameras))
+        # the twin the policy practised on: its collision reflex and its arm's force bound, if it had them
+        contact = twin_contact(read_state(resolve_checkpoint(Path(policy))).get("train_config", {}))
+    env = make(task, c.backend, images=c.images, image_size=tuple(c.image_size), cameras=tuple(c.cameras), **contact)
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
         if policy is None:

@@ -28,7 +28,7 @@ from robot_rl.config import TrainConfig, kept_on_resume, task_name
 from robot_rl.config_values import demo_source
 from robot_rl.contract import Transition
 from robot_rl.actor import ActorLoop, LearnerClient
-from robot_rl.envs import FlatObservation, arm_max_force, make_cell_env, obs_spec
+from robot_rl.envs import FlatObservation, make_cell_env, obs_spec, twin_contact
 from robot_rl.errors import InputError, TrainingError
 from robot_rl.foreign.client import StopWaiting
 from robot_rl.rollout import collect_demos, evaluate, steps_to_success
@@ -385,7 +385,7 @@ def make_run_envs(cfg: TrainConfig):
             cell = make_foreign_env(cfg, cameras, cfg.image_size, reward_classifier)
         else:
             cell = make_cell_env(cfg.task, cfg.backend, cfg.obs, cfg.image_size, cfg.cameras, reward_classifier,
-                                 cfg.collision_reflex, arm_max_force(cfg.arm_max_force))
+                                 **twin_contact(vars(cfg)))
         return with_base_policy(cfg, cell)
 
     cell = make_cell(cfg.reward_classifier)
