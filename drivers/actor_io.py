@@ -131,7 +131,7 @@ class ArmMode:
         self.backend_fault = False
         self.fault_kind: str | None = None  # the backend's last fault: reflex, command, connection, ...
         self.faults = 0  # the backend's faults so far (its counts)
-        self._reflex_told = 0  # the fault count of the last reflex ``holds`` reported
+        self._reflex_told: int | None = None  # the fault count of the last reflex said (the first status's: before us)
 
     def on_status(self, msg) -> None:
         try:
@@ -141,6 +141,8 @@ class ArmMode:
             backend = status.get("backend") or {}
             self.fault_kind = (backend.get("last_fault") or {}).get("kind")
             self.faults = int((backend.get("counts") or {}).get("faults", 0))
+            if self._reflex_told is None:  # faults before the actor's first status are not its episodes
+                self._reflex_told = self.faults
         except (ValueError, TypeError, AttributeError):
             self.logger.warning(f"ignoring a malformed arm status {msg.data[:80]!r}")
 
@@ -148,14 +150,14 @@ class ArmMode:
         """The mode if the arm ignores commands (e-stop, or its operator is gone), "backend_fault"
         while its backend stands faulted (a servo silent, the connection lost: it sends nothing to
         the robot), else "": what the actor sends is then not what happens, so nothing of it may
-        be learned or recorded. A new collision reflex (a Franka's) is said once, as
-        ``contract.ARM_STOPPED_BY_REFLEX``: the actor ends its episode there as a failure; while the
+        be learned or recorded. A new collision reflex (a Franka's, the twin's) is said once, as
+        ``contract.ARM_STOPPED_BY_REFLEX``, even where the arm had recovered by the status the actor
+        read (the fault count grew): the actor ends its episode there as a failure; while the
         backend recovers from it, "backend_fault"."""
         if self.mode in ("estop", "operator_lost"):
             return self.mode
-        if not self.backend_fault:
-            return ""
-        if self.fault_kind == ARM_STOPPED_BY_REFLEX and self.faults != self._reflex_told:
+        if (self.fault_kind == ARM_STOPPED_BY_REFLEX and self._reflex_told is not None
+                and self.faults != self._reflex_told):
             self._reflex_told = self.faults
             return ARM_STOPPED_BY_REFLEX
-        return "backend_fault"
+        return "backend_fault" if self.backend_fault else ""

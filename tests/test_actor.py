@@ -194,5 +194,10 @@ def test_the_arm_mode_says_a_franka_reflex_once_then_holds_while_it_recovers():
     assert mode.holds() == "backend_fault"
     mode.on_status(status(True, 3, "reflex"))
     assert mode.holds() == "reflex"
+    mode.on_status(status(False, 4, "reflex"))  # a reflex the arm had recovered from by this status: said too
+    assert mode.holds() == "reflex" and mode.holds() == ""
+    later = ArmMode(SimpleNamespace(warning=warnings.append))  # an actor that starts after faults: not its episodes
+    later.on_status(status(False, 4, "reflex"))
+    assert later.holds() == ""
     mode.on_status(SimpleNamespace(data=json.dumps({"mode": "velocity", "backend": {"counts": {"faults": "x"}}})))
     assert len(warnings) == 1 and "ignoring a malformed arm status" in warnings[0]

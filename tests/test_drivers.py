@@ -279,17 +279,21 @@ def test_the_sim_arm_stops_on_the_collision_reflex_and_says_so_as_a_franka_does(
     from robot_rl.drivers.node import status_json
     from tests.helpers.common import press_the_peg_onto_the_block
 
+    def arm_status(status: dict):  # what arm/status carries, as the arm node publishes it
+        return SimpleNamespace(data=status_json(mode="velocity", backend_fault=backend_faulted(status), backend=status))
+
     arm = SimArm("PegInsertHard", collision_reflex=True)
     assert arm.status() == {"backend": "sim", "connected": True, "collision_reflex": True,
                             "counts": {"faults": 0, "recoveries": 0}, "last_fault": None}
+    mode = ArmMode(SimpleNamespace(warning=pytest.fail))
+    mode.on_status(arm_status(arm.status()))  # the actor's first status
+    assert mode.holds() == ""
     steps = list(press_the_peg_onto_the_block(PressThroughTheArm(arm)))
     assert len(steps) < 10 and steps[-1][4]["reflex"] and not arm.success
     status = arm.status()
     assert status["connected"] is False and status["counts"] == {"faults": 1, "recoveries": 0}
     assert status["last_fault"]["kind"] == ARM_STOPPED_BY_REFLEX and "collision reflex" in status["last_fault"]["message"]
-    mode = ArmMode(SimpleNamespace(warning=pytest.fail))
-    mode.on_status(SimpleNamespace(data=status_json(mode="velocity", backend_fault=backend_faulted(status),
-                                                    backend=status)))
+    mode.on_status(arm_status(status))
     assert mode.holds() == ARM_STOPPED_BY_REFLEX and mode.holds() == "backend_fault"  # said once
     tcp = arm.state()[STATE_SLICES["tcp_pos"]].copy()
     up = np.array([0, 0, 1, 0, 0, 0, 0], np.float32)
