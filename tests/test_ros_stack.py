@@ -16,6 +16,7 @@ from std_msgs.msg import String  # noqa: E402
 from robot_rl.commands.record import record_rollouts  # noqa: E402
 from robot_rl.data.store import EpisodeStore  # noqa: E402
 from robot_rl.drivers import topics  # noqa: E402
+from robot_rl.runtime.checkpoint import latest_checkpoint  # noqa: E402
 from tests.helpers.ros import Probe, free_domain_id, node_process, stop  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -68,6 +69,9 @@ def test_sim_stack_trains_and_survives_a_learner_restart(tmp_path):
                              "2 recorded episodes and updated weights at the actor")
             assert "recorded episodes (0 steps)" in (tmp_path / "learner_node.log").read_text()
 
+            # its first checkpoint written (every checkpoint_every_s of its wall time: on a loaded
+            # machine the updates above can all come first), what the restarted learner resumes from
+            probe.spin_until(lambda: latest_checkpoint(run) is not None, 120, "the learner's first checkpoint")
             # kill the learner; the actor goes on acting with the weights it has (counted in
             # steps, not seconds: its rate under load is the ros benchmark's business)
             learner.send_signal(signal.SIGKILL)
