@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from robot_rl.commands.cli import main as cli
-from robot_rl.runtime.launcher import (LaunchError, NodeSpec, Supervisor, launch, load_stacks, parse_overrides,
-                                      resolve)
+from robot_rl.runtime.launcher import (EXECUTABLES, LaunchError, NodeSpec, Supervisor, launch, load_stacks,
+                                      parse_overrides, resolve)
 from robot_rl.runtime.checkpoint import latest_checkpoint, read_state
 from tests.helpers.common import free_port, wait_until  # noqa: E402
 
@@ -53,6 +53,57 @@ def test_arguments_are_substituted_with_types():
     assert nodes["arm"].parameters["collision_reflex"] is False and nodes["learner"].parameters["collision_reflex"] is False
     nodes = {n.name: n for n in resolve("sim_train", {"collision_reflex": "true"})}
     assert nodes["arm"].parameters["collision_reflex"] is True and nodes["learner"].parameters["collision_reflex"] is True
+
+
+NODE_CONFIGS = {"actor_node": ("robot_rl.config", "ActorNodeConfig"),
+                "learner_node": ("robot_rl.config", "LearnerNodeConfig"),
+                "arm_node": ("robot_rl.drivers.arm_node", "ArmNodeConfig"),
+                "camera_node": ("robot_rl.drivers.camera_node", "CameraNodeConfig"),
+                "recorder_node": ("robot_rl.drivers.recorder_node", "RecorderNodeConfig"),
+                "teleop_node": ("robot_rl.teleop.teleop_node", "TeleopNodeConfig"),
+                "franka_sim_node": ("robot_rl.drivers.franka_sim_node", "FrankaSimConfig"),
+                "so101_sim_node": ("robot_rl.drivers.so101_sim_node", "So101SimNodeConfig")}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_node_of_a_stack_takes_its_parameters(stack, tmp_path):
+    """Each node's parameters file, as the launcher writes it with the stack's defaults, read by
+    the node's own config through ROS (rclpy's parameter types): every parameter is a field of
+    that config and has the field's type. The real cell's stack once gave its actor, learner,
+    teleop and recorder ``cameras: "[front,wrist]"`` (a string where a string array belongs),
+    and every one of them stopped at start-up."""
+    import dataclasses
+    import importlib
+
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.context import Context
+    from rclpy.node import Node
+
+    from robot_rl.drivers.node import declare_config
+    from robot_rl.runtime.launcher import write_params
+    from tests.helpers.ros import free_domain_id
+
+    assert set(NODE_CONFIGS) == set(EXECUTABLES)
+    context = Context()
+    rclpy.init(context=context, domain_id=free_domain_id())
+    try:
+        for spec in resolve(stack):
+            module, name = NODE_CONFIGS[spec.executable]
+            config_cls = getattr(importlib.import_module(module), name)
+            fields = {f.name for f in dataclasses.fields(config_cls)}
+            assert set(spec.parameters) <= fields, (spec.name, sorted(set(spec.parameters) - fields))
+            params_file = write_params(spec, tmp_path)
+            node = Node(f"check_{spec.name}", context=context, cli_args=["--ros-args", "--params-file", str(params_file)])
+            try:
+                cfg = declare_config(node, config_cls)
+            finally:
+                node.destroy_node()
+            for key, value in spec.parameters.items():
+                got = getattr(cfg, key)
+                if isinstance(got, tuple) and not dataclasses.is_dataclass(got):
+                    assert list(got) == list(value), (spec.name, key)
+    finally:
+        rclpy.shutdown(context=context)
 
 
 def test_bad_launch_requests_are_refused_clearly(tmp_path, capsys):
@@ -323,6 +374,30 @@ def test_a_cell_whose_arm_driver_exits_stops_with_its_code(tmp_path):
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[launch] arm exited (2); stopping the stack" in result.stdout, result.stdout[-3000:]
     assert str(absent) in result.stdout or "calibration.json" in result.stdout, result.stdout[-3000:]
+
+
+def test_the_real_cells_stack_runs_its_loop_on_sim_backends(tmp_path):
+    """`robot-rl launch train` (what `ros2 launch robot_rl train.launch.py` starts on a cell) with
+    its arm and cameras on the twin's backends: every node of the real cell's stack starts, the
+    actor acts from pixels with the learner's weights for its steps, episodes reach the store,
+    the learner checkpoints, and the stack ends with the actor (0)."""
+    pytest.importorskip("rclpy")
+    from robot_rl.data.store import EpisodeStore
+    from tests.helpers.ros import free_domain_id, ros_environment, run_stack
+
+    run = tmp_path / "run"
+    cmd = [str(Path(sys.executable).with_name("robot-rl")), "launch", "train", f"run_dir:={run}", "arm_backend:=sim",
+           "camera_backend:=sim", "devices:=[]", "env_steps:=120", f"console_port:={free_port()}",
+           "control_priority:=normal"]
+    result = run_stack(cmd, ros_environment(free_domain_id()), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[launch] actor exited (0); stopping the stack" in result.stdout, result.stdout[-3000:]
+    summary = json.loads((run / "actor_summary.json").read_text())
+    assert summary["obs"] == "pixels" and summary["steps"] == 120 and summary["episodes"] >= 1, summary
+    assert summary["weights_version"] >= 1
+    store = EpisodeStore.open(run / "online.zarr")
+    assert len(store) >= 1 and store.get_episode(0)["front"].shape[1:] == (64, 64, 3)
+    assert latest_checkpoint(run) is not None
 
 
 def test_report_of_a_ros_stack_run(tmp_path):
