@@ -218,18 +218,21 @@ class ActorLoop:
                  human: Callable[[dict], np.ndarray | None] | None = None, learner: LearnerClient | None = None,
                  recorder=None, keep: str = "all", arm_holds: Callable[[], str] | None = None,
                  observe_now: Callable[[], dict] | None = None, ground_truth: bool = True,
-                 stats: ActorCounts | None = None, log: Callable[[str], None] = print):
+                 stats: ActorCounts | None = None, reflex_reward: float = 0.0, log: Callable[[str], None] = print):
         """``observe_now``: a fresh raw observation without acting (after a pause; default: the
         last one stands, as in a simulator that does not move meanwhile). ``ground_truth``: the
         env reports the task's true success (a simulator), so each episode records whether it
         was solved, whatever the reward said. ``stats``: the counts this loop counts into,
-        ``self.stats`` (default: new ones; ``robot-rl train`` gives its round's, ``RunState.start_round``)."""
+        ``self.stats`` (default: new ones; ``robot-rl train`` gives its round's, ``RunState.start_round``).
+        ``reflex_reward``: the reward of the step a collision reflex ended (a failure; 0 as any
+        other, or below 0: ``robot-rl train --reflex-penalty``), the operator's outcome key aside."""
         if keep not in ("all", "successes"):
             raise InputError(f"keep must be 'all' or 'successes', got {keep!r}")
         self.env = OperatorOutcome(env)
         self.observe, self.act, self.human = observe, act, human
         self.learner, self.recorder, self.keep = learner, recorder, keep
         self.arm_holds, self.observe_now, self.ground_truth, self.log = arm_holds, observe_now, ground_truth, log
+        self.reflex_reward = float(reflex_reward)
         self.stats = stats if stats is not None else ActorCounts()  # counted here, nowhere else
         self.episodes: list[dict] = []  # one record per finished episode
         self.paused = False
@@ -321,6 +324,8 @@ class ActorLoop:
             reward, terminated, info = 0.0, True, {**info, "success": False, "reflex": True}
         elif held:
             return self._drop_episode(held, reward, info)
+        if info.get("reflex") and info.get("reward_source") != "operator":
+            reward = self.reflex_reward
         by_human = human_action is not None
         if info.get("applied_by_operator"):  # the arm ran the operator's input: that is what is learned
             action, by_human = info["applied_action"], True

@@ -244,6 +244,8 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     demos: int = setting(10, "scripted demonstrations to record first (ignored with demo_store); --demos also takes "
                              "an episode store", metavar="N|STORE", parse=demos_or_store, kept_on_resume=True)
     demo_noise: float = setting(0.1, "action noise of the scripted demonstrations", kept_on_resume=True)
+    reflex_penalty: float = setting(0.0, "with --collision-reflex: a step the reflex stopped is rewarded minus this "
+                                         "(0: a failure like any other, reward 0)", metavar="P", kept_on_resume=True)
     human_eagerness: float = setting(0.0, "> 0: a simulated human (scripted expert) watches and takes over when the "
                                           "policy stalls or heads for failure; eagerness in (0, 1]: how soon",
                                      flags=("--simulated-human",), metavar="EAGERNESS")
@@ -289,6 +291,10 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
         self.validate_base()
         if self.collision_reflex and self.env is not None:
             raise InputError(f"--collision-reflex is the Panda twin's; --env {self.env} ends its own episodes")
+        if self.reflex_penalty < 0:
+            raise InputError(f"--reflex-penalty is what a reflex costs, >= 0; got {self.reflex_penalty:g}")
+        if self.reflex_penalty and not self.collision_reflex:
+            raise InputError("--reflex-penalty prices the twin's collision reflex: give --collision-reflex too")
         if not self.arm_max_force > 0:
             raise InputError(f"--arm-max-force must be > 0 (N per axis), got {self.arm_max_force:g}")
         if self.arm_max_force != ARM_MAX_FORCE and self.env is not None:

@@ -132,13 +132,13 @@ def test_operator_events_end_episodes_with_their_outcome_or_drop_the_recording()
         loop.handle("explode")
 
 
-def held_after_one_step(why: str):
+def held_after_one_step(why: str, **kwargs):
     """An actor loop one step into its episode when the arm starts holding for ``why``; returns
     the loop, its recording sink, its log lines, the step's result and a function that lets go."""
     holding = {"now": ""}
     logged = []
     loop, sink = sim_loop(act=lambda raw, obs: np.zeros(7, np.float32), arm_holds=lambda: holding["now"],
-                          log=logged.append)
+                          log=logged.append, **kwargs)
     loop.start(seed=3)
     loop.step()
     holding["now"] = why
@@ -170,6 +170,16 @@ def test_a_collision_reflex_ends_the_episode_as_a_failure_that_is_learned_from()
     assert "collision reflex: episode step 2 ends the episode as a failure" in logged[0]
     let_go()
     assert loop.step().episode_step == 1  # a new episode
+
+
+def test_a_reflex_can_cost_more_than_a_failure():
+    """``reflex_reward`` (robot-rl train --reflex-penalty): the step a reflex ended is rewarded
+    with it, in the transition learned from and the recording; the episode is a failure as ever."""
+    from robot_rl.contract import ARM_STOPPED_BY_REFLEX
+
+    loop, sink, _, result, _ = held_after_one_step(ARM_STOPPED_BY_REFLEX, reflex_reward=-1.0)
+    assert result.reward == -1.0 and result.episode["reflex"] and not result.episode["success"]
+    assert sink.episodes[0]["reward"][1] == -1.0 and result.episode_return == -1.0
 
 
 def test_the_arm_mode_says_a_franka_reflex_once_then_holds_while_it_recovers():

@@ -355,6 +355,10 @@ def test_a_progress_that_is_not_a_number_is_one_error_naming_it(env_map):
     (["--task", "PickCubeSO101", "--arm-max-force", "20"], ("the arm's force bound is the Panda twin's",
                                                              "task PickCubeSO101 is the so101's")),
     (["--task", "PegInsertHard", "--arm-max-force", "0"], ("--arm-max-force must be > 0 (N per axis), got 0",)),
+    (["--task", "PegInsertHard", "--reflex-penalty", "1"], ("--reflex-penalty prices the twin's collision reflex",
+                                                            "give --collision-reflex too")),
+    (["--task", "PegInsertHard", "--collision-reflex", "--reflex-penalty", "-1"],
+     ("--reflex-penalty is what a reflex costs, >= 0; got -1",)),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
     from robot_rl.commands.cli import main

@@ -317,7 +317,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
             return action
 
         loop = ActorLoop(cell, env.observation, act, human=human, learner=learner,
-                         recorder=training_recorder(cfg, cell, run_dir), stats=run.round.counts, log=log)
+                         recorder=training_recorder(cfg, cell, run_dir), stats=run.round.counts,
+                         reflex_reward=-cfg.reflex_penalty, log=log)
         loop.start(seed=cfg.seed + step)
         last_checkpoint_t = time.monotonic()
         while step < cfg.env_steps:
