@@ -26,7 +26,7 @@ from std_msgs.msg import Bool, Float32MultiArray, String, UInt8MultiArray
 from robot_rl.actor import ActorLoop, LearnerClient, ScriptedMotions, ScriptedPolicy, hold_still
 from robot_rl.agents.sac import SACAgent
 from robot_rl.agent_setup import agent_config_for
-from robot_rl.config import ActorNodeConfig
+from robot_rl.node_config import ActorNodeConfig
 from robot_rl.config_values import write_config_json
 from robot_rl.contract import ControlLimits
 from robot_rl.data.recorder import EpisodeRecorder, store_fields

@@ -38,7 +38,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float32, Float32MultiArray, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from robot_rl.config import CONTROL_PRIORITIES, setting
+from robot_rl.config import setting
+from robot_rl.node_config import CONTROL_PRIORITIES
 from robot_rl.contract import STATE_SLICES, ControlLimits
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics

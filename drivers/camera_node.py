@@ -21,7 +21,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
-from robot_rl.config import CONTROL_PRIORITIES, setting
+from robot_rl.config import setting
+from robot_rl.node_config import CONTROL_PRIORITIES
 from robot_rl.drivers import messages as msgs
 from robot_rl.drivers import topics
 from robot_rl.drivers.camera import CameraError, OpenCVCamera, RealSenseCamera, SimCamera

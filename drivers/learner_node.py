@@ -29,7 +29,7 @@ from robot_rl.runtime.checkpoint import (check_compatible, clean_leftovers, late
 from robot_rl.runtime.learner import Learner, build_learner
 from robot_rl.runtime.priority import lower_priority
 from robot_rl.agent_setup import agent_config_for
-from robot_rl.config import LearnerNodeConfig
+from robot_rl.node_config import LearnerNodeConfig
 from robot_rl.config_values import write_config_json
 
 

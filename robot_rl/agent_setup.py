@@ -10,7 +10,8 @@ from pathlib import Path
 
 from robot_rl.agents.frozen import FrozenEncoderError, check_encoder_fits, read_encoder_meta
 from robot_rl.agents.settings import AgentSettings, SACConfig
-from robot_rl.config import ActorNodeConfig, LearnerNodeConfig, TrainConfig, task_name
+from robot_rl.config import TrainConfig, task_name
+from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig
 from robot_rl.config_values import ConfigError
 from robot_rl.contract import SIM_CAMERAS
 from robot_rl.envs import obs_spec

@@ -140,7 +140,7 @@ def test_a_learner_node_on_a_base_policy_shapes_the_actors_residual_policy():
     """The learner node has no cell: its view of one (``spec_env``) carries the base's action, so the
     networks it trains are the actor node's, which runs the base (both take ``base_policy``)."""
     from robot_rl.agent_setup import agent_config_for
-    from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig
     from robot_rl.envs import spec_env
 
     learner = LearnerNodeConfig(task="PickCube", base_policy=WEAK)

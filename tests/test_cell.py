@@ -278,7 +278,7 @@ def test_node_configs_take_what_the_task_file_sets(tmp_path):
     pytest.importorskip("rclpy")
     import dataclasses
 
-    from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig
     from robot_rl.drivers.camera_node import CameraNodeConfig, apply_camera_spec
     from robot_rl.drivers.node import apply_task_file
     from robot_rl.drivers.recorder_node import RecorderNodeConfig

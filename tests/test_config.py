@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from robot_rl.commands.cli import _train_overrides, build_parser, main
-from robot_rl.config import ActorNodeConfig, CellConfig, LearnerNodeConfig, LearningConfig, PolicyConfig, TrainConfig
+from robot_rl.config import CellConfig, LearningConfig, PolicyConfig, TrainConfig
+from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig
 from robot_rl.config_values import ConfigError, field_default
 from robot_rl.agents.settings import AgentSettings
 from robot_rl.config_cli import option

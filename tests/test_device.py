@@ -66,7 +66,8 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from robot_rl.agent_setup import agent_config_for, check_train_config  # noqa: E402
-from robot_rl.config import ActorNodeConfig, LearnerNodeConfig, TrainConfig  # noqa: E402
+from robot_rl.config import TrainConfig  # noqa: E402
+from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig  # noqa: E402
 from robot_rl.config_values import ConfigError
 from robot_rl.agents.sac import metrics_to_floats  # noqa: E402
 from robot_rl.runtime.device import OutOfDeviceMemory  # noqa: E402

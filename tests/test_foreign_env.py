@@ -676,7 +676,7 @@ def test_the_critics_targets_are_bounded_by_one_only_where_the_reward_is_the_suc
     from robot_rl.agent_setup import agent_config_for
     from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION
     from robot_rl.commands.train import TrainConfig
-    from robot_rl.config import ActorNodeConfig, LearnerNodeConfig
+    from robot_rl.node_config import ActorNodeConfig, LearnerNodeConfig
     from robot_rl.config_values import ConfigError
     from robot_rl.envs import spec_env
 

@@ -55,8 +55,8 @@ def test_arguments_are_substituted_with_types():
     assert nodes["arm"].parameters["collision_reflex"] is True and nodes["learner"].parameters["collision_reflex"] is True
 
 
-NODE_CONFIGS = {"actor_node": ("robot_rl.config", "ActorNodeConfig"),
-                "learner_node": ("robot_rl.config", "LearnerNodeConfig"),
+NODE_CONFIGS = {"actor_node": ("robot_rl.node_config", "ActorNodeConfig"),
+                "learner_node": ("robot_rl.node_config", "LearnerNodeConfig"),
                 "arm_node": ("robot_rl.drivers.arm_node", "ArmNodeConfig"),
                 "camera_node": ("robot_rl.drivers.camera_node", "CameraNodeConfig"),
                 "recorder_node": ("robot_rl.drivers.recorder_node", "RecorderNodeConfig"),

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import LEARNER_PRIORITIES, LearnerNodeConfig
+from robot_rl.node_config import LEARNER_PRIORITIES, LearnerNodeConfig
 from robot_rl.runtime.priority import normal_priority, set_control_priority
 
 from robot_rl import bench
@@ -310,7 +310,7 @@ def peer_main(kind: str, pixel_size: int, pushes: int, result_file: str) -> None
 
 
 def run(quick: bool = False, log=print) -> dict:
-    from robot_rl.config import ActorNodeConfig
+    from robot_rl.node_config import ActorNodeConfig
 
     p = QUICK if quick else FULL
     domain = bench.private_domain(150, 50)

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from robot_rl.config import CONTROL_PRIORITIES, LEARNER_PRIORITIES
+from robot_rl.node_config import CONTROL_PRIORITIES, LEARNER_PRIORITIES
 from robot_rl.errors import InputError
 REALTIME_PRIORITY = 50  # SCHED_FIFO 1-99: above the kernel's threaded interrupts' default (50 shares it), below watchdogs
 
