@@ -79,6 +79,16 @@ class ContactConfig:
                                                   "compliance that keeps a press under the collision reflex)",
                                    metavar="N", kept_on_resume=True)
 
+    def validate_contact(self, env: str | None) -> None:
+        """The contact settings are the Panda twin's: one line for a bound that is no force, or for
+        either beside a Gymnasium env (``env``) of one's own."""
+        if self.collision_reflex and env is not None:
+            raise InputError(f"--collision-reflex is the Panda twin's; --env {env} ends its own episodes")
+        if not self.arm_max_force > 0:
+            raise InputError(f"--arm-max-force must be > 0 (N per axis), got {self.arm_max_force:g}")
+        if self.arm_max_force != ARM_MAX_FORCE and env is not None:
+            raise InputError(f"--arm-max-force is the Panda twin's controller's; --env {env} moves its own arm")
+
 
 @dataclass
 class PolicyConfig:
@@ -289,16 +299,11 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     def validate(self) -> None:
         self.validate_env()
         self.validate_base()
-        if self.collision_reflex and self.env is not None:
-            raise InputError(f"--collision-reflex is the Panda twin's; --env {self.env} ends its own episodes")
+        self.validate_contact(self.env)
         if self.reflex_penalty < 0:
             raise InputError(f"--reflex-penalty is what a reflex costs, >= 0; got {self.reflex_penalty:g}")
         if self.reflex_penalty and not self.collision_reflex:
             raise InputError("--reflex-penalty prices the twin's collision reflex: give --collision-reflex too")
-        if not self.arm_max_force > 0:
-            raise InputError(f"--arm-max-force must be > 0 (N per axis), got {self.arm_max_force:g}")
-        if self.arm_max_force != ARM_MAX_FORCE and self.env is not None:
-            raise InputError(f"--arm-max-force is the Panda twin's controller's; --env {self.env} moves its own arm")
         if self.env is not None:
             if self.human_eagerness > 0 and not self.env_expert:
                 raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "
@@ -373,8 +378,10 @@ DEVICE_HELP = "auto (CUDA when present, else MPS, else the CPU), cpu, cuda, cuda
 
 
 @dataclass
-class RecordConfig(EnvConfig):
-    """``robot-rl record``: the scripted expert's (or a checkpoint's) episodes into a store."""
+class RecordConfig(EnvConfig, ContactConfig):
+    """``robot-rl record``: the scripted expert's (or a checkpoint's) episodes into a store, on
+    the twin as a run trains on it (its collision reflex and force bound; with ``--policy`` and
+    neither given, the run's own)."""
 
     task: str = setting("PickCube", "the sim task (robot-rl sim tasks lists them)")
     backend: str = setting("mujoco", "the simulator")
@@ -407,6 +414,7 @@ class RecordConfig(EnvConfig):
 
     def validate(self) -> None:
         self.validate_env()
+        self.validate_contact(self.env)
         if self.env is not None:
             if self.policy is None and not self.env_expert and not self.teleop:
                 raise InputError(f"record --env {self.env} needs an actor: --env-expert MODULE:FUNCTION (a scripted "

@@ -123,6 +123,15 @@ def twin_contact(run: dict) -> dict:
             **({"max_force": force} if force != ARM_MAX_FORCE else {})}
 
 
+def check_twin_contact(task: str, contact: dict) -> None:
+    """One line where ``contact`` (``twin_contact``'s) asks a twin for what only the Panda's has."""
+    from robot_rl.sim.tasks import get_task
+
+    if contact and (robot := get_task(task).robot) != "panda":  # the SO-101's twin has neither
+        what = "the collision reflex" if contact.get("collision_reflex") else "the arm's force bound"
+        raise InputError(f"{what} is the Panda twin's (a Franka's); task {task} is the {robot}'s")
+
+
 def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_size=(64, 64),
                   cameras: tuple[str, ...] = ("front", "wrist"), reward_classifier: str | None = None,
                   collision_reflex: bool = False, max_force: float | None = None) -> gym.Env:
@@ -139,15 +148,12 @@ def make_cell_env(task: str, backend: str = "mujoco", obs: str = "state", image_
     the Panda twin stops as a Franka's collision reflex does; ``max_force``: its impedance
     controller's force bound, N per axis (None: the controller's own; sim/env.py)."""
     from robot_rl.sim import make
-    from robot_rl.sim.tasks import get_task
 
     if obs not in OBS_MODES:
         raise InputError(f"obs mode must be one of {OBS_MODES}, got {obs!r}")
     contact = {**({"collision_reflex": True} if collision_reflex else {}),
                **({"max_force": max_force} if max_force is not None else {})}
-    if contact and (robot := get_task(task).robot) != "panda":  # the SO-101's twin has neither
-        what = "the collision reflex" if collision_reflex else "the arm's force bound"
-        raise InputError(f"{what} is the Panda twin's (a Franka's); task {task} is the {robot}'s")
+    check_twin_contact(task, contact)
     render = obs == "pixels"
     classifier = None
     if reward_classifier is not None:

@@ -371,6 +371,21 @@ def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["--env", REACH, "--env-expert", EXPERT, "--collision-reflex"],
+     (f"--collision-reflex is the Panda twin's; --env {REACH} ends its own",)),
+    (["--task", "PickCubeSO101", "--arm-max-force", "20"], ("the arm's force bound is the Panda twin's",
+                                                             "task PickCubeSO101 is the so101's")),
+    (["--task", "PegInsertHard", "--arm-max-force", "-1"], ("--arm-max-force must be > 0 (N per axis), got -1",)),
+])
+def test_record_bad_contact_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
+    from robot_rl.commands.cli import main
+
+    assert main(["record", *args, "--episodes", "1", "--out", str(tmp_path / "takes.zarr")]) == 2
+    one_line_error(capsys.readouterr().err, *needles)
+    assert not (tmp_path / "takes.zarr").exists()
+
+
 @pytest.mark.integration
 def test_train_record_and_eval_on_a_foreign_env_in_a_worker(tmp_path, env_map):
     """A short run in a worker, its checkpoint evaluated and recorded from; the scripted policy's

@@ -225,6 +225,16 @@ def test_a_runs_evaluations_and_recorded_rollouts_meet_the_twin_it_practised_on(
     monkeypatch.setattr(robot_rl.sim, "make", lambda *a, **kw: built.append(kw) or make(*a, **kw))
     record_rollouts(tmp_path / "rollouts.zarr", "PegInsertHard", 1, policy=str(run))
     assert built and built[-1]["collision_reflex"] is True and built[-1]["max_force"] == 15.0
+    # the scripted expert's takes (the main job's demonstrations) on the twin asked for, the store saying which
+    from robot_rl.data.store import EpisodeStore
+
+    record_rollouts(tmp_path / "demos.zarr", "PegInsertHard", 1, collision_reflex=True, arm_max_force=15.0)
+    assert built[-1]["collision_reflex"] is True and built[-1]["max_force"] == 15.0
+    attrs = EpisodeStore.open(tmp_path / "demos.zarr").attrs
+    assert attrs["collision_reflex"] is True and attrs["arm_max_force"] == 15.0
+    record_rollouts(tmp_path / "plain.zarr", "PegInsertHard", 1)
+    assert "collision_reflex" not in built[-1] and "max_force" not in built[-1]
+    assert EpisodeStore.open(tmp_path / "plain.zarr").attrs["arm_max_force"] == ARM_MAX_FORCE
 
 
 def test_train_cli_errors_are_one_line(tmp_path, capsys):

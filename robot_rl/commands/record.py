@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robot_rl.config import RecordConfig
+from robot_rl.config import ARM_MAX_FORCE, RecordConfig
 from robot_rl.data.recorder import EpisodeRecorder, store_fields
 from robot_rl.data.store import EpisodeStore
 
@@ -62,6 +62,7 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
     what the actor does next).
     Those frames come after the terminal transition, so demo loading ignores them. ``device``:
     where the ``policy`` acts (auto, cpu, cuda, cuda:N, mps)."""
+    from robot_rl.envs import check_twin_contact, twin_contact
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert
 
@@ -71,15 +72,15 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
         return record_env_rollouts(out, c, on_episode)
     policy, seed, hold_after_success, hold_release = c.policy, c.seed, c.hold_after_success, c.hold_release
     continue_after_success, hold_motion, hold_rise = c.continue_after_success, c.hold_motion, c.hold_rise
-    device, contact = c.device, {}
+    device, contact = c.device, twin_contact(vars(c))  # the twin asked for: its reflex and force bound
     if policy is not None:
-        from robot_rl.envs import twin_contact
         from robot_rl.runtime.checkpoint import read_state, resolve_checkpoint
         from robot_rl.runtime.device import resolve_device
 
         device = resolve_device(device)  # before the sim starts and the store is created
-        # the twin the policy practised on: its collision reflex and its arm's force bound, if it had them
-        contact = twin_contact(read_state(resolve_checkpoint(Path(policy))).get("train_config", {}))
+        # neither asked for: the twin the policy practised on, its collision reflex and force bound if it had them
+        contact = contact or twin_contact(read_state(resolve_checkpoint(Path(policy))).get("train_config", {}))
+    check_twin_contact(task, contact)
     env = make(task, c.backend, images=c.images, image_size=tuple(c.image_size), cameras=tuple(c.cameras), **contact)
     try:
         fields, cams = store_fields(env.observation_space, env.action_space.shape[0])
@@ -94,7 +95,9 @@ def record_rollouts(out: str | Path, task: str, episodes: int, on_episode=None, 
                                     images=c.image_codec, backend=c.backend, **source,
                                     hold_after_success=hold_after_success, hold_after_failure=c.hold_after_failure,
                                     hold_motion=hold_motion, hold_rise=hold_rise, hold_release=hold_release,
-                                    continue_after_success=continue_after_success)
+                                    continue_after_success=continue_after_success,
+                                    collision_reflex=bool(contact.get("collision_reflex", False)),
+                                    arm_max_force=float(contact.get("max_force", ARM_MAX_FORCE)))
         period = 1.0 / env.limits.control_hz
         t = [0.0]
         recorder = EpisodeRecorder(store, clock=lambda: t[0])  # sim time, not wall time
