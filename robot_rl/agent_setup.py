@@ -17,7 +17,7 @@ from robot_rl.contract import SIM_CAMERAS
 from robot_rl.envs import obs_spec
 from robot_rl.reward.classifier import ClassifierError, read_classifier_config
 from robot_rl.runtime.device import resolve_device
-from robot_rl.sim.experts import check_expert
+from robot_rl.sim.experts import check_expert, check_guard
 
 
 def check_train_config(cfg: TrainConfig) -> None:
@@ -34,6 +34,8 @@ def check_train_config(cfg: TrainConfig) -> None:
                 read_map(cfg.demo_map)
     if cfg.human_eagerness > 0 and not cfg.env:  # on an env of your own, its scripted policy drives
         check_expert(cfg.task, "the simulated human (--simulated-human)")
+        if cfg.human_guards:
+            check_guard(cfg.task)
     check_frozen_encoder(cfg)
     check_reward_classifier(cfg)
     resolve_device(cfg.device)  # a device that is not there ends the run before any work

@@ -259,6 +259,9 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
     human_eagerness: float = setting(0.0, "> 0: a simulated human (scripted expert) watches and takes over when the "
                                           "policy stalls or heads for failure; eagerness in (0, 1]: how soon",
                                      flags=("--simulated-human",), metavar="EAGERNESS")
+    human_guards: bool = setting(False, "with --simulated-human: the human also steps in before a move the task's "
+                                        "expert judges unsafe (PegInsertHard: the peg down on the block off the "
+                                        "hole's axis, which a Franka's collision reflex stops), as an operator does")
     human_takeover_steps: int = setting(15, "steps the simulated human drives per takeover")
     human_max_takeovers: int = setting(3, "simulated human takeovers per episode at most")
     human_watches: str = setting("auto", "with --env: what the simulated human judges, the scripted policy's "
@@ -304,7 +307,12 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
             raise InputError(f"--reflex-penalty is what a reflex costs, >= 0; got {self.reflex_penalty:g}")
         if self.reflex_penalty and not self.collision_reflex:
             raise InputError("--reflex-penalty prices the twin's collision reflex: give --collision-reflex too")
+        if self.human_guards and not self.human_eagerness > 0:
+            raise InputError("--human-guards is the simulated human's: give --simulated-human EAGERNESS too")
         if self.env is not None:
+            if self.human_guards:
+                raise InputError(f"--human-guards judges the twin's scenes; --env {self.env}'s scripted policy "
+                                 "judges none")
             if self.human_eagerness > 0 and not self.env_expert:
                 raise InputError(f"--simulated-human on --env {self.env} drives with the env's scripted policy: give "
                                  "--env-expert MODULE:FUNCTION")

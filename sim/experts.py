@@ -74,6 +74,12 @@ class ScriptedExpert:
         poses: what a watching human judges by eye."""
         raise NotImplementedError
 
+    def unsafe(self, obs: dict) -> str:
+        """What a watching operator stops before it happens, as a sentence ('' if nothing): a move
+        a real arm's collision reflex would end. ``GUARDED_TASKS`` lists the tasks whose expert
+        judges it; the others say ''."""
+        return ""
+
     def __call__(self, obs: dict) -> np.ndarray:
         if "privileged" not in obs:
             raise InputError("scripted experts read obs['privileged']; create the env with privileged=True")
@@ -169,6 +175,22 @@ def insertion_progress(task, bottom: np.ndarray, hole: np.ndarray, align_within:
     return 0.5 * align + 0.5 * depth
 
 
+def insertion_unsafe(task, bottom: np.ndarray, hole: np.ndarray) -> str:
+    """A peg down on the block off the hole: its bottom within ``GUARD_HEIGHT_M`` of the mouth's
+    height (or below it) while ``GUARD_OFF_AXIS_M`` or more off the hole's axis, where it can only
+    press on the rim or slide on the block's top (the clearance is under a millimetre). An operator
+    lifts it off; the scripted expert never puts it there (it hovers 1 cm up until within 2 mm)."""
+    off_axis = float(np.linalg.norm(bottom[:2] - hole[:2]))
+    above_mouth = float(bottom[2] - (hole[2] + task.hole_depth))
+    if above_mouth < GUARD_HEIGHT_M and off_axis >= GUARD_OFF_AXIS_M:
+        return f"the peg goes down {1000 * off_axis:.1f} mm off the hole's axis, {1000 * above_mouth:.1f} mm above its mouth"
+    return ""
+
+
+GUARD_HEIGHT_M = 0.001  # the peg's bottom this close above the mouth's height, or lower, ...
+GUARD_OFF_AXIS_M = 0.004  # ... and this far off the axis: twice what the hard expert goes down from
+
+
 class PegInsertExpert(ScriptedExpert):
     """Centre the peg over the hole at a safe height, then descend while correcting."""
 
@@ -238,6 +260,10 @@ class PegInsertHardExpert(ScriptedExpert):
     def progress(obs: dict) -> float:
         bottom, _, hole, _ = PegInsertHardExpert._peg_and_hole(obs)
         return insertion_progress(PegInsertHard, bottom, hole, align_within=0.07)
+
+    def unsafe(self, obs: dict) -> str:
+        bottom, _, hole, _ = self._peg_and_hole(obs)
+        return insertion_unsafe(PegInsertHard, bottom, hole)
 
     def _clean_action(self, obs: dict) -> np.ndarray:
         task = PegInsertHard
@@ -371,6 +397,7 @@ class PickCubeHardExpert(PickCubeExpert):
 
 EXPERTS = {PickCube.name: PickCubeExpert, PickCubeHard.name: PickCubeHardExpert, PegInsert.name: PegInsertExpert,
            PegInsertHard.name: PegInsertHardExpert, PushCube.name: PushCubeExpert, PickCubeSO101.name: PickCubeSO101Expert}
+GUARDED_TASKS = (PegInsertHard.name,)  # their experts judge a move unsafe (``unsafe``)
 
 
 class NoExpertError(UserFacingError):
@@ -383,6 +410,13 @@ def check_expert(task: str, needed_by: str) -> None:
     if task not in EXPERTS:
         raise NoExpertError(f"{needed_by} needs a scripted expert, and task {task!r} has none; the tasks with one: "
                             f"{', '.join(sorted(EXPERTS))}")
+
+
+def check_guard(task: str) -> None:
+    """Refuse a simulated human's guard on a task whose expert judges no move unsafe."""
+    if task not in GUARDED_TASKS:
+        raise NoExpertError(f"the simulated human's guard (--human-guards) stops moves that task's expert judges "
+                            f"unsafe, and {task!r}'s judges none; the tasks it guards: {', '.join(GUARDED_TASKS)}")
 
 
 def make_expert(task: str, noise: float = 0.0, seed: int | None = None, limits: ControlLimits = ControlLimits()):

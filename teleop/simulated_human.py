@@ -9,6 +9,10 @@ what a person judges by eye). It steps in when
 - the policy heads for failure: progress fell more than ``drop`` below the episode's best
   (the cube dropped or knocked away, the peg pulled out),
 
+or, with ``guard``, before the policy does what the task's expert judges unsafe (``unsafe(obs)``:
+a peg going down onto the block off the hole's axis, which a real Franka's collision reflex
+would stop; an operator watching the arm stops it first, as HIL-SERL's do),
+
 and then drives (the expert resumes from the scene as it is, with a little noise of its own).
 The episode's first takeover is a correction: it hands back once the scene is back on track,
 as an operator lets go of the SpaceMouse once the robot is where it should be (the progress
@@ -40,6 +44,7 @@ class SimulatedHumanConfig:
     base_patience: int = 6
     min_gain: float = 0.02
     noise: float = 0.05  # the human's own imprecision (expert noise)
+    guard: bool = False  # also step in before a move the task's expert judges unsafe
 
     def validate(self) -> None:
         if not 0.0 < self.eagerness <= 1.0:
@@ -70,13 +75,18 @@ class SimulatedHuman:
 
     def __init__(self, task: str, config: SimulatedHumanConfig | None = None, seed: int | None = None,
                  expert=None, succeeded: Callable[[], bool] | None = None):
-        from robot_rl.sim.experts import check_expert, make_expert
+        from robot_rl.sim.experts import check_expert, check_guard, make_expert
 
         self.config = config or SimulatedHumanConfig()
         self.config.validate()
         if expert is None:
             check_expert(task, "the simulated human")
+            if self.config.guard:
+                check_guard(task)
             expert = make_expert(task, noise=self.config.noise, seed=seed)
+        if self.config.guard and not callable(getattr(expert, "unsafe", None)):
+            raise InputError(f"the simulated human's guard needs an expert that judges moves, unsafe(obs); "
+                             f"{type(expert).__name__} has none")
         self.expert, self.succeeded = expert, succeeded
         self.reset()
 
@@ -112,6 +122,8 @@ class SimulatedHuman:
         progress = self.expert.progress(obs)
         if not self.intervening:
             reason = self._trigger(progress)
+            if not reason and self.config.guard:
+                reason = self.expert.unsafe(obs)
             if not reason or self.takeovers >= self.config.max_takeovers:
                 return None
             self.takeovers += 1

@@ -53,7 +53,7 @@ def make_human(cfg: TrainConfig, cell=None):
     from robot_rl.teleop.simulated_human import ScriptedOperator, SimulatedHuman, SimulatedHumanConfig
 
     config = SimulatedHumanConfig(eagerness=cfg.human_eagerness, takeover_steps=cfg.human_takeover_steps,
-                                  max_takeovers=cfg.human_max_takeovers)
+                                  max_takeovers=cfg.human_max_takeovers, guard=cfg.human_guards)
     if not cfg.env:
         return SimulatedHuman(cfg.task, config, seed=cfg.seed)
     mapped = cell.unwrapped
