@@ -359,6 +359,12 @@ def test_a_progress_that_is_not_a_number_is_one_error_naming_it(env_map):
                                                             "give --collision-reflex too")),
     (["--task", "PegInsertHard", "--collision-reflex", "--reflex-penalty", "-1"],
      ("--reflex-penalty is what a reflex costs, >= 0; got -1",)),
+    (["--task", "PegInsertHard", "--human-guards"], ("--human-guards is the simulated human's",
+                                                     "give --simulated-human EAGERNESS too")),
+    (["--env", REACH, "--env-expert", EXPERT, "--simulated-human", "0.5", "--human-guards"],
+     (f"--human-guards judges the twin's scenes; --env {REACH}'s scripted policy judges none",)),
+    (["--task", "PickCube", "--simulated-human", "0.5", "--human-guards"],
+     ("the simulated human's guard (--human-guards)", "'PickCube''s judges none", "the tasks it guards: PegInsertHard")),
 ])
 def test_train_bad_env_input_is_one_line_exit_2(tmp_path, capsys, args, needles):
     from robot_rl.commands.cli import main

@@ -415,3 +415,71 @@ def test_the_learner_clones_the_humans_corrections_into_the_base_policy(tmp_path
     assert learner.human_steps_received == 4 and learner.human_bc_steps == 12 and len(learner.replay.demo) == 24
     assert not all(torch.equal(base[k], v) for k, v in learner.agent.base.state_dict().items())
     env.close()
+
+
+def test_the_guard_lifts_a_peg_set_down_off_the_hole_before_a_stall_would():
+    """``--human-guards``: on PegInsertHard the human steps in as soon as the peg is down on the block
+    4 mm or more off the hole's axis (what a Franka's reflex stops), and its first action lifts;
+    without the guard the same policy is left until the stall rule's 12 steps without progress run
+    out, later. The expert's own takes (which hover 1 cm up until within 2 mm) seldom trip it."""
+    from robot_rl.sim import make
+    from robot_rl.sim.experts import GUARD_OFF_AXIS_M, make_expert
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    env = make("PegInsertHard", "mujoco")
+    down = np.array([0, 0, -1, 0, 0, 0, 0], np.float32)  # a policy that sets the peg down where it is
+    try:
+        guarded = 0
+        for seed in range(3):
+            guard_step = None
+            for guard in (True, False):
+                obs, _ = env.reset(seed=seed)
+                human = SimulatedHuman("PegInsertHard", SimulatedHumanConfig(eagerness=0.5, guard=guard), seed=seed)
+                for step in range(20):
+                    action = human(obs)
+                    if action is not None:
+                        break
+                    obs, *_ = env.step(down)
+                peg, hole = obs["privileged"]["peg"], obs["privileged"]["hole"]
+                off_axis = float(np.linalg.norm(peg[:2] - hole[:2]))
+                if off_axis < 2 * GUARD_OFF_AXIS_M:
+                    continue  # the layout put the peg over the hole: nothing to guard
+                if guard:
+                    guarded, guard_step = guarded + 1, step
+                    assert human.reason.startswith("the peg goes down"), human.reason
+                    assert action[2] > 0  # it lifts the peg off the block first
+                else:
+                    assert step > guard_step and human.reason == "no progress for 12 steps", (step, human.reason)
+        assert guarded >= 2
+        expert, tripped = make_expert("PegInsertHard", noise=0.1, seed=0), 0
+        for seed in range(10):
+            obs, _ = env.reset(seed=100 + seed)
+            expert.reset()
+            unsafe = False
+            while True:
+                unsafe = unsafe or expert.unsafe(obs) != ""
+                obs, _, terminated, truncated, info = env.step(expert(obs))
+                if terminated or truncated:
+                    break
+            assert info["success"]
+            tripped += unsafe
+        assert tripped <= 1  # an approach overshooting the hover height (the demonstrations' noise 0.1)
+    finally:
+        env.close()
+
+
+def test_the_guard_needs_an_expert_that_judges_moves():
+    from robot_rl.sim.experts import NoExpertError
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    with pytest.raises(NoExpertError, match="the simulated human's guard .* 'PickCube''s judges none; the tasks it "
+                                            "guards: PegInsertHard"):
+        SimulatedHuman("PickCube", SimulatedHumanConfig(guard=True))
+
+    class Foreign:  # a Gymnasium env's scripted policy: progress, resume and actions, no judgement
+        def progress(self, obs):
+            return 0.0
+
+    with pytest.raises(ValueError, match=r"the simulated human's guard needs an expert that judges moves, "
+                                         r"unsafe\(obs\); Foreign has none"):
+        SimulatedHuman("any", SimulatedHumanConfig(guard=True), expert=Foreign())
