@@ -69,3 +69,14 @@ def quat_to_yaw(quat: np.ndarray) -> float | np.ndarray:
 # The TCP orientation at home: gripper pointing straight down, fingers closing along base y.
 # Columns are the TCP frame's axes in the base frame: x forward, y = z cross x, z down.
 HOME_ROTATION = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]])
+
+
+END_POSE_SCALE = 10.0  # an end pose's offset in decimetres: about unit scale over a work cell
+
+
+def end_pose_offset(state: np.ndarray, end_state: np.ndarray) -> np.ndarray:
+    """Rows of robot states (the contract's layout: TCP position, then its quaternion) -> where
+    ``end_state`` has the TCP relative to them: the position's offset in decimetres and the yaw
+    still to turn (radians, wrapped): [N, 4]. What a take's end says of where its goal is."""
+    turn = (quat_to_yaw(end_state[:, 3:7]) - quat_to_yaw(state[:, 3:7]) + np.pi) % (2 * np.pi) - np.pi
+    return np.concatenate([END_POSE_SCALE * (end_state[:, :3] - state[:, :3]), turn[:, None]], 1).astype(np.float32)

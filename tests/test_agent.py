@@ -288,6 +288,32 @@ def test_a_bad_conservative_weight_is_refused_before_any_work():
             TrainConfig(agent={"conservative_weight": bad}).validate()
 
 
+def test_the_end_pose_head_learns_where_successful_episodes_ended_and_trains_the_encoder():
+    """``end_pose_weight``: a head on the encoder's features fits the batch's end poses on the rows
+    whose episode succeeded (``end_pose_mask``), its loss joined to the critic's; rows masked out do
+    not count; an agent without it has no such head; a batch without end poses is refused."""
+    from robot_rl.replay.buffer import END_POSE, END_POSE_MASK
+
+    agent = _agent(end_pose_weight=1.0)
+    b = _batch(n=64)
+    target = b["obs"]["state"][:, 1:5] * 0.5  # a function of the observation, as a take's end is of the scene
+    b[END_POSE] = np.where(np.arange(64)[:, None] < 48, target, 100.0).astype(np.float32)  # masked rows: nonsense
+    b[END_POSE_MASK] = (np.arange(64) < 48).astype(np.float32)
+    before = float(agent.update(b)["end_pose_loss"])
+    for _ in range(300):
+        metrics = agent.update(b)
+    after = float(metrics["end_pose_loss"])
+    assert after < 0.2 * before and before < 50  # the masked rows' 100s never entered the loss
+    assert _agent().end_pose_head is None
+    with pytest.raises(InputError, match="end_pose_weight > 0 needs batches with each episode's end pose"):
+        agent.update(_batch(n=8))
+    from robot_rl.config import TrainConfig
+
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(InputError, match=r"end_pose_weight \(the encoder's end-pose loss\) must be a finite"):
+            TrainConfig(agent={"end_pose_weight": bad}).validate()
+
+
 def test_init_std_sets_the_exploration_in_every_state_and_learning_moves_it():
     states = {"state": np.random.default_rng(2).normal(size=(64, 8)).astype(np.float32)}
 
@@ -363,7 +389,8 @@ def test_the_fields_declared_as_shaping_the_networks_are_the_ones_that_do():
 
     assert NETWORK_FIELDS == network_fields(SACConfig)
     assert set(NETWORK_FIELDS) == {"image_encoder", "image_features", "state_features", "hidden", "num_critics",
-                                   "state_dim", "cameras", "image_size", "action_dim", "grasp_critic"}
+                                   "state_dim", "cameras", "image_size", "action_dim", "grasp_critic",
+                                   "end_pose_weight"}
     def agent(**kw):
         return SACAgent(SACConfig(**{"state_dim": 8, "hidden": (32, 32), "cameras": ("front",), "image_size": (32, 32),
                                      **kw}))
@@ -371,7 +398,8 @@ def test_the_fields_declared_as_shaping_the_networks_are_the_ones_that_do():
     base = _shapes(agent())
     for field_, value in (("image_features", 16), ("state_features", 8), ("hidden", (32, 16)), ("num_critics", 3),
                           ("state_dim", 9), ("cameras", ("front", "wrist")), ("image_size", (48, 48)),
-                          ("action_dim", 5), ("grasp_critic", False), ("image_encoder", "resnet18")):
+                          ("action_dim", 5), ("grasp_critic", False), ("image_encoder", "resnet18"),
+                          ("end_pose_weight", 1.0)):
         assert field_ in NETWORK_FIELDS
         assert _shapes(agent(**{field_: value})) != base, field_
     for field_, value in (("discount", 0.9), ("tau", 0.01), ("actor_lr", 1e-3), ("num_target_critics", 1),

@@ -346,3 +346,59 @@ def test_a_derived_key_is_recomputed_at_every_slot_sampled_with_its_observation_
     assert "sum" not in m.sample(8)["obs"] and "sum" not in m.demo.obs_spec
     with pytest.raises(Exception, match="stores no key 'sum'"):
         m.online.recompute("sum", lambda obs: obs["state"])
+
+
+# ------------------------------------------------------------------ end poses
+POSE_SPEC = {"state": ((7,), np.float32)}
+
+
+def pose_obs(ep: int, t: int) -> dict:
+    """A robot state in the contract's layout: the TCP at x = 1 cm a step, y = the episode, level."""
+    return {"state": np.array([0.01 * t, ep, 0.0, 1.0, 0.0, 0.0, 0.0], np.float32)}
+
+
+def add_pose_episode(buf, ep, length, last_reward, terminated=True, truncated=False, close=True):
+    for t in range(length):
+        end = close and t == length - 1
+        buf.add(Transition(pose_obs(ep, t), np.zeros(A, np.float32), last_reward if end else 0.0, pose_obs(ep, t + 1),
+                           terminated and end, truncated and end))
+
+
+def test_end_poses_are_where_a_successful_episode_ended_and_masked_elsewhere():
+    """``sample(end_pose=True)``: each row's episode's last TCP pose relative to its own (decimetres,
+    yaw), labelled only where the episode ended in a paid success; a failure, a cut-short episode and
+    one still running are masked out. The same through ``MixedReplay`` and its staging."""
+    from robot_rl.replay.buffer import END_POSE, END_POSE_MASK
+
+    def fill(buf):
+        add_pose_episode(buf, 0, 4, 1.0)  # a success: reward 1, terminated
+        add_pose_episode(buf, 1, 3, 0.0)  # ended, unpaid (a reflex stop)
+        add_pose_episode(buf, 2, 3, 0.0, terminated=False, truncated=True)  # ran out of time
+        add_pose_episode(buf, 3, 2, 0.0, close=False)  # still running
+
+    buf = ReplayBuffer(64, POSE_SPEC, A, seed=0)
+    fill(buf)
+    batch = buf.sample(300, end_pose=True)
+    ep = batch["obs"]["state"][:, 1].astype(int)
+    t = np.round(batch["obs"]["state"][:, 0] / 0.01).astype(int)
+    assert set(ep) == {0, 1, 2, 3}
+    np.testing.assert_array_equal(batch[END_POSE_MASK], (ep == 0).astype(np.float32))
+    ok = ep == 0
+    np.testing.assert_allclose(batch[END_POSE][ok], np.stack([0.1 * (4 - t[ok]), 0 * t[ok], 0 * t[ok], 0 * t[ok]], 1),
+                               atol=1e-5)
+    assert END_POSE not in buf.sample(8)  # only when asked
+
+    mixed_replay = MixedReplay(ReplayBuffer(64, POSE_SPEC, A, seed=1), ReplayBuffer(64, POSE_SPEC, A, seed=2), 0.5)
+    fill(mixed_replay.online)
+    add_pose_episode(mixed_replay.demo, 7, 3, 1.0)
+    mixed_replay.end_pose = True
+    for batch in (mixed_replay.sample(64), mixed_replay.sample(64, staging=BatchStaging(POSE_SPEC, A, 64,
+                                                                                           end_pose=True))):
+        ep = np.asarray(batch["obs"]["state"][:, 1]).astype(int)
+        np.testing.assert_array_equal(np.asarray(batch[END_POSE_MASK]), np.isin(ep, (0, 7)).astype(np.float32))
+
+    with pytest.raises(ValueError, match="the end pose is read from the robot state, and this buffer has no 'state'"):
+        no_state = ReplayBuffer(16, {"front": (IMG, np.uint8)}, A, seed=0)
+        no_state.add(Transition({"front": np.zeros(IMG, np.uint8)}, np.zeros(A, np.float32), 1.0,
+                                {"front": np.zeros(IMG, np.uint8)}, True, False))
+        no_state.sample(4, end_pose=True)

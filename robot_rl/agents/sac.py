@@ -31,7 +31,12 @@ order (each takes tensors and returns its loss and metrics), then the target net
     alpha     : automatic temperature, target entropy -|A|/2.
     grasp     : a discrete Q-head over {close, stay, open} for the gripper with a double-DQN
                 target and a small penalty for commands that toggle the gripper.
-    encoder   : shared; trained by the critic loss only, read detached by actor and grasp head.
+    end pose  : with ``end_pose_weight`` > 0 a head on the encoder's features predicts where the
+                sampled transition's episode ended (the TCP's offset and yaw, from the replay's
+                ``end_pose``), on the rows whose episode was a paid success; its loss joins the
+                critic's, so the features the actor reads keep where the goal is (what the take's
+                end says of it: the hole under the peg), which a sparse reward's TD error does not ask.
+    encoder   : shared; trained by the critic loss (and the end pose's) only, read detached by actor and grasp head.
                 With a frozen backbone (``image_encoder="frozen"``, ``frozen.py``) the replay holds
                 each frame's cached feature map and the encoder is only the head over it; the
                 agent computes the features itself when it acts on camera images.
@@ -66,6 +71,7 @@ from robot_rl.agents.frozen import FrozenEncoder, FrozenEncoderError, check_enco
 from robot_rl.agents.networks import CriticEnsemble, GraspCritic, ObservationEncoder, TanhGaussianActor, mlp
 from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION, SACConfig  # noqa: F401 (re-exported)
 from robot_rl.errors import InputError
+from robot_rl.replay.buffer import END_POSE, END_POSE_MASK
 
 # Gripper command <-> grasp-critic index, and the value written into action[6].
 GRASP_VALUES = np.array([1.0, 0.0, -1.0], dtype=np.float32)  # close, stay, open
@@ -117,6 +123,8 @@ class Batch(NamedTuple):
     reward: torch.Tensor  # [B]
     bootstrap: torch.Tensor  # [B]: discount^m, 0 at termination
     demo_rows: torch.Tensor | None  # the demo rows' indices (None: no demo row)
+    end_pose: torch.Tensor | None = None  # [B, 4]: where each row's episode ended (replay END_POSE)
+    end_pose_mask: torch.Tensor | None = None  # [B]: 1 where that end was a paid success
 
 
 def make_adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
@@ -153,6 +161,7 @@ class SACAgent(nn.Module):
         if c.init_std is not None:
             self.actor.start_std(c.init_std)
         self.critic = CriticEnsemble(c.num_critics, feat, c.motion_dim, c.hidden)
+        self.end_pose_head = mlp(feat, c.hidden, 4) if c.end_pose_weight > 0 else None
         self.grasp = GraspCritic(feat, c.hidden) if c.grasp_critic else None
         self.log_alpha = nn.Parameter(torch.tensor(float(np.log(c.init_temperature))))
         self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
@@ -163,6 +172,7 @@ class SACAgent(nn.Module):
         self.to(self.device)  # before the optimizers: fused Adam wants its parameters where they live
         adam = lambda params, lr: make_adam(params, lr, self.device)  # noqa: E731
         critic_params = list(self.critic.parameters()) + [p for p in self.encoder.parameters() if p.requires_grad]
+        critic_params += list(self.end_pose_head.parameters()) if self.end_pose_head is not None else []
         self.critic_opt = adam(critic_params, c.critic_lr)
         self.actor_opt = adam(self.actor.parameters(), c.actor_lr)
         base_params = [] if self.base is None else list(self.base.parameters()) + (
@@ -246,7 +256,10 @@ class SACAgent(nn.Module):
                      action=self._to_device(batch["action"], torch.float32),
                      reward=self._to_device(batch["reward"], torch.float32),
                      bootstrap=self._to_device(batch["bootstrap"], torch.float32),
-                     demo_rows=self._to_device(demo_rows) if demo_rows.size else None)
+                     demo_rows=self._to_device(demo_rows) if demo_rows.size else None,
+                     **({"end_pose": self._to_device(batch[END_POSE], torch.float32),
+                         "end_pose_mask": self._to_device(batch[END_POSE_MASK], torch.float32)}
+                        if END_POSE in batch else {}))
 
     def _autocast(self):
         """bf16 autocast for forward passes when ``autocast_bf16`` is set, else a no-op."""
@@ -355,6 +368,10 @@ class SACAgent(nn.Module):
                 base = self.base_motion(b.obs, feat.detach())
         loss, metrics = self.critic_loss(feat, b.action[:, : c.motion_dim], b.reward, b.bootstrap, next_feat,
                                          next_target_feat, next_base, base)
+        if self.end_pose_head is not None:
+            end_pose_loss = self.end_pose_loss(feat, b.end_pose, b.end_pose_mask)
+            loss = loss + c.end_pose_weight * end_pose_loss
+            metrics["end_pose_loss"] = end_pose_loss.detach()
         _step(self.critic_opt, loss)
         feat = feat.detach()
         if self.grasp is not None:
@@ -401,6 +418,17 @@ class SACAgent(nn.Module):
             loss = loss + c.conservative_weight * penalty
             metrics["conservative_penalty"] = penalty.detach()
         return loss, metrics
+
+    def end_pose_loss(self, feat: torch.Tensor, end_pose: torch.Tensor | None, mask: torch.Tensor | None) -> torch.Tensor:
+        """Squared error of the end-pose head over the rows whose episode was a paid success (summed
+        over the 4 numbers, averaged over those rows; 0 in a batch without one)."""
+        if end_pose is None:
+            raise InputError("end_pose_weight > 0 needs batches with each episode's end pose: the replay's "
+                             "end_pose (MixedReplay.end_pose = True)")
+        with self._autocast():
+            predicted = self.end_pose_head(feat).float()
+        error = ((predicted - end_pose) ** 2).sum(-1)
+        return (error * mask).sum() / mask.sum().clamp_min(1.0)
 
     def conservative_penalty(self, feat: torch.Tensor, base: torch.Tensor | None, q_data: torch.Tensor,
                              samples: int = 4) -> torch.Tensor:

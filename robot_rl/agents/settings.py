@@ -67,6 +67,7 @@ class AgentSettings:
     max_return: float | None = None  # the critics' TD targets clipped to it (HER's clip): 1 for our success reward
     critic_actor_ratio: int = 1  # critic updates per actor update
     conservative_weight: float = 0.0  # > 0: CQL's term in the critic loss (sac.py conservative_penalty)
+    end_pose_weight: float = network(0.0)  # > 0: an end-pose head (sac.py end_pose_loss) trains the encoder too
     autocast_bf16: bool = False  # forward passes under bf16 autocast (losses in float32)
     # imitation levers
     bc_weight: float = 0.0  # weight of the BC term on demo rows (relative to a normalised Q term)

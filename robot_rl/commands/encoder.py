@@ -38,11 +38,11 @@ from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, 
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
 from robot_rl.config import EncoderPretrainConfig
-from robot_rl.geometry import quat_to_yaw
+from robot_rl.geometry import END_POSE_SCALE as GOAL_SCALE  # noqa: F401 (the end pose's scale, re-exported)
+from robot_rl.geometry import end_pose_offset
 from robot_rl.runtime.progress import ProgressLines
 
 OBJECTIVES = ("bc", "bc_goal", "autoencoder", "classifier", "pretrained")
-GOAL_SCALE = 10.0  # the end pose's offset in decimetres: about unit scale over a work cell
 
 
 # --------------------------------------------------------------------------- data
@@ -157,9 +157,7 @@ def fit(loss_of, params, lr: float, rows: np.ndarray, steps: int, seed: int, lab
 def end_pose_targets(frames: dict) -> np.ndarray:
     """Per frame, where its take ended relative to it: the last TCP position minus this one's
     (decimetres, base frame) and the yaw still to turn (radians, wrapped): [N, 4]."""
-    state, end = frames["state"], frames["end_state"]
-    turn = (quat_to_yaw(end[:, 3:7]) - quat_to_yaw(state[:, 3:7]) + np.pi) % (2 * np.pi) - np.pi
-    return np.concatenate([GOAL_SCALE * (end[:, :3] - state[:, :3]), turn[:, None]], 1).astype(np.float32)
+    return end_pose_offset(frames["state"], frames["end_state"])
 
 
 def train_bc(frames: dict, rows: np.ndarray, cameras, steps: int, seed: int, log, goal: bool = False) -> FrozenEncoder:

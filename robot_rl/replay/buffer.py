@@ -28,9 +28,11 @@ import torch
 
 from robot_rl.contract import Transition
 from robot_rl.errors import InputError
+from robot_rl.geometry import end_pose_offset
 from robot_rl.replay.relabel import GoalLayout, relabel
 
 _FORMAT_VERSION = 1
+END_POSE, END_POSE_MASK = "end_pose", "end_pose_mask"  # a batch's keys with ``sample(end_pose=True)``
 _SCALARS = ("reward", "terminated", "truncated", "is_intervention", "valid")
 
 
@@ -203,12 +205,16 @@ class ReplayBuffer:
         return int(np.count_nonzero(self._valid))
 
     def sample(self, batch_size: int, n_step: int = 1, discount: float = 0.97, out: dict | None = None,
-               hindsight: float = 0.0) -> dict:
+               hindsight: float = 0.0, end_pose: bool = False) -> dict:
         """Uniformly sample ``batch_size`` transitions with n-step returns (stopping at episode ends).
         With ``out`` (arrays shaped like a batch, e.g. ``BatchStaging`` rows) the batch is written
         into it and ``out`` is returned; otherwise new arrays. ``hindsight`` > 0: that share of the
         transitions get a goal their episode reached later (HER's "future" strategy,
-        ``replay/relabel.py``; needs ``set_goal_layout``), their reward and end recomputed for it."""
+        ``replay/relabel.py``; needs ``set_goal_layout``), their reward and end recomputed for it.
+        ``end_pose``: each row also gets where its episode's TCP ended relative to its own
+        (``END_POSE``, ``geometry.end_pose_offset`` of the ``state`` key) and whether that end was a
+        success, paid and ending the episode (``END_POSE_MASK`` 1; 0: failed, cut short or still
+        running, the row's end pose then meaningless)."""
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
         if n_step < 1:
@@ -257,7 +263,36 @@ class ReplayBuffer:
             rows, state, next_state, _, _ = hindsight
             out["obs"][self._goal.key][rows] = state
             out["next_obs"][self._goal.key][rows] = next_state
+        if end_pose:
+            pose, succeeded = self._end_pose(idx)
+            if END_POSE in out:
+                out[END_POSE][:], out[END_POSE_MASK][:] = pose, succeeded
+            else:
+                out[END_POSE], out[END_POSE_MASK] = pose, succeeded
         return out
+
+    def _episode_last(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For transitions ``idx``: the slot of their episode's last transition so far, and how
+        many transitions lead there from each (itself included)."""
+        count = np.ones(idx.size, np.int64)
+        cur, alive = idx.copy(), ~(self._terminated[idx] | self._truncated[idx])
+        while alive.any():  # only the sampled rows' flags: never the whole ring's, per batch
+            cand = (cur + 1) % self.capacity
+            take = alive & self._valid[cand]
+            count += take
+            cur = np.where(take, cand, cur)
+            alive = take & ~(self._terminated[cand] | self._truncated[cand])
+        return cur, count
+
+    def _end_pose(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``sample``'s ``end_pose``: (offsets [B, 4], success mask [B] float32)."""
+        if "state" not in self._obs:
+            raise InputError(f"the end pose is read from the robot state, and this buffer has no 'state' key "
+                             f"(its keys: {sorted(self._obs)})")
+        last, _ = self._episode_last(idx)
+        succeeded = self._terminated[last] & (self._reward[last] > 0)
+        states = self._obs["state"]
+        return end_pose_offset(states[idx], states[(last + 1) % self.capacity]), succeeded.astype(np.float32)
 
     def _hindsight(self, idx: np.ndarray, n_step: int, discount: float, fraction: float):
         """For a ``fraction`` of the sampled transitions ``idx``: ``(rows, state,
@@ -271,14 +306,7 @@ class ReplayBuffer:
         if rows.size == 0:
             return None
         start = idx[rows]
-        remaining = np.ones(rows.size, np.int64)  # transitions from this one to the episode's last (so far)
-        cur, alive = start.copy(), ~(self._terminated[start] | self._truncated[start])
-        while alive.any():  # only the sampled rows' flags: never the whole ring's, per batch
-            cand = (cur + 1) % self.capacity
-            take = alive & self._valid[cand]
-            remaining += take
-            cur = np.where(take, cand, cur)
-            alive = take & ~(self._terminated[cand] | self._truncated[cand])
+        _, remaining = self._episode_last(start)  # transitions from this one to the episode's last (so far)
         future = (start + (self._rng.random(rows.size) * remaining).astype(np.int64)) % self.capacity
         states = self._obs[self._goal.key]
         goal = self._goal.achieved_of(states[(future + 1) % self.capacity])
@@ -373,7 +401,7 @@ class BatchStaging:
     next ``sample``, which is what the learner does. On CPU the tensors are plain and reused."""
 
     def __init__(self, obs_spec: dict, action_dim: int, batch_size: int, device: str | torch.device = "cpu",
-                 slots: int = 2):
+                 slots: int = 2, end_pose: bool = False):
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}")
         self.obs_spec, self.batch_size = _normalize_spec(obs_spec), int(batch_size)
@@ -389,6 +417,8 @@ class BatchStaging:
             "bootstrap": empty((batch_size,), torch.float32),
             "is_intervention": empty((batch_size,), torch.bool),
             "is_demo": empty((batch_size,), torch.bool),
+            **({END_POSE: empty((batch_size, 4), torch.float32), END_POSE_MASK: empty((batch_size,), torch.float32)}
+               if end_pose else {}),
         } for _ in range(slots)]
         self._events = [torch.cuda.Event() if pin else None for _ in range(slots)]
         self._current = -1
@@ -420,6 +450,7 @@ class MixedReplay:
         # observation -> what the buffers store (a frozen backbone's cached features), or None
         self.encode = encode
         self.goal_relabel = 0.0  # share of each batch with hindsight goals (``set_goal_relabel``)
+        self.end_pose = False  # batches carry each row's episode's end pose (``ReplayBuffer.sample``)
         self._last_next = None  # the last next_obs encoded: a continuing episode's obs, encoded once
 
     @property
@@ -502,10 +533,10 @@ class MixedReplay:
             for buf, start, stop in ((self.demo, 0, n_demo), (self.online, n_demo, batch_size)):
                 if stop > start:
                     buf.sample(stop - start, n_step, discount, out=_rows(tensors, start, stop),
-                               hindsight=self.goal_relabel)
+                               hindsight=self.goal_relabel, end_pose=self.end_pose)
             tensors["is_demo"].copy_(torch.arange(batch_size) < n_demo)
             return tensors
-        parts = [(buf.sample(n, n_step, discount, hindsight=self.goal_relabel), n) for buf, n in
+        parts = [(buf.sample(n, n_step, discount, hindsight=self.goal_relabel, end_pose=self.end_pose), n) for buf, n in
                  ((self.demo, n_demo), (self.online, batch_size - n_demo)) if n > 0]
         batch = {
             key: ({k: np.concatenate([p[key][k] for p, _ in parts]) for k in parts[0][0][key]}

@@ -193,7 +193,7 @@ class Learner:
     def _sample(self) -> dict:
         if self._staging is None:
             self._staging = BatchStaging(self.replay.online.obs_spec, self.replay.online.action_dim,
-                                         self.config.batch_size, self.agent.device)
+                                         self.config.batch_size, self.agent.device, end_pose=self.replay.end_pose)
         return self.replay.sample(self.config.batch_size, self.config.n_step, self.agent.config.discount,
                                   staging=self._staging)
 
@@ -326,6 +326,7 @@ def build_learner(config: LearningConfig, agent_config: SACConfig, obs_spec: dic
                              config.demo_fraction, encode=encode)
     replay.takeover_penalty = config.takeover_penalty  # a resumed run takes the current one
     replay.set_goal_relabel(goal, goal_relabel)
+    replay.end_pose = agent.end_pose_head is not None  # batches carry what the end-pose head learns from
     return Learner(config, agent, replay, endpoint, run_dir)
 
 
