@@ -378,7 +378,7 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
         if not (math.isfinite(agent.end_pose_weight) and agent.end_pose_weight >= 0):
             raise InputError(f"end_pose_weight (the encoder's end-pose loss) must be a finite number >= 0 (0: off), "
                              f"got {agent.end_pose_weight}")
-        if agent.end_pose_weight > 0 and getattr(self, "env", None) is not None:
+        if agent.end_pose_weight > 0 and self.env is not None:
             raise InputError(f"end_pose_weight reads the TCP's pose from the twin's robot state; --env {self.env}'s "
                              "state is its map's")
         if agent.pretrained_path is not None and not Path(agent.pretrained_path).is_file():

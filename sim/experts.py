@@ -397,7 +397,8 @@ class PickCubeHardExpert(PickCubeExpert):
 
 EXPERTS = {PickCube.name: PickCubeExpert, PickCubeHard.name: PickCubeHardExpert, PegInsert.name: PegInsertExpert,
            PegInsertHard.name: PegInsertHardExpert, PushCube.name: PushCubeExpert, PickCubeSO101.name: PickCubeSO101Expert}
-GUARDED_TASKS = (PegInsertHard.name,)  # their experts judge a move unsafe (``unsafe``)
+GUARDED_TASKS = tuple(name for name, expert in EXPERTS.items()  # the tasks whose experts judge moves (``unsafe``)
+                      if expert.unsafe is not ScriptedExpert.unsafe)
 
 
 class NoExpertError(UserFacingError):

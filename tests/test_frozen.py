@@ -398,7 +398,8 @@ def test_encoder_pretrain_writes_the_best_candidate_and_its_report(tmp_path, sto
 def test_end_pose_targets_are_where_each_take_ended_relative_to_the_frame():
     """bc_goal's second target: the take's last TCP position minus the frame's (decimetres) and
     the yaw still to turn, wrapped to (-pi, pi], about the base's z axis."""
-    from robot_rl.commands.encoder import GOAL_SCALE, end_pose_targets
+    from robot_rl.commands.encoder import end_pose_targets
+    from robot_rl.geometry import END_POSE_SCALE as GOAL_SCALE
     from robot_rl.geometry import HOME_ROTATION, matrix_to_quat, rotvec_to_matrix
 
     def tcp_state(pos, yaw):  # the gripper down, turned by yaw about the base's z

@@ -38,7 +38,6 @@ from robot_rl.agents.frozen import Backbone, FrozenEncoder, FrozenEncoderError, 
 from robot_rl.agents.networks import StateNormalizer, mlp
 from robot_rl.agents.sac import gripper_index
 from robot_rl.config import EncoderPretrainConfig
-from robot_rl.geometry import END_POSE_SCALE as GOAL_SCALE  # noqa: F401 (the end pose's scale, re-exported)
 from robot_rl.geometry import end_pose_offset
 from robot_rl.runtime.progress import ProgressLines
 
