@@ -369,6 +369,9 @@ class TrainConfig(BasePolicyConfig, EnvConfig, RewardConfig, LearningConfig, Pol
         if not 1 <= agent.num_target_critics <= agent.num_critics:
             raise InputError(f"num_critics must be >= num_target_critics >= 1, got num_critics={agent.num_critics}, "
                              f"num_target_critics={agent.num_target_critics} (e.g. --num-critics 2 or more)")
+        if agent.sde_every < 0:
+            raise InputError(f"sde_every (gSDE: env steps each exploration matrix is held) must be >= 0 (0: off), "
+                             f"got {agent.sde_every}")
         if agent.critic_actor_ratio < 1:
             raise InputError(f"critic_actor_ratio (critic updates per actor update) must be >= 1, "
                              f"got {agent.critic_actor_ratio}")

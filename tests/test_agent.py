@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, TanhGaussianActor
+from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, StateDependentNoiseActor, TanhGaussianActor
 from robot_rl.agents.sac import SACAgent, SACConfig, gripper_index, metrics_to_floats
 from robot_rl.errors import InputError
 from robot_rl.runtime.checkpoint import CheckpointError, check_compatible, load_agent, read_agent_config, save_agent
@@ -332,6 +332,62 @@ def test_init_std_sets_the_exploration_in_every_state_and_learning_moves_it():
             _agent(init_std=bad)
 
 
+def test_gsde_noise_over_its_matrix_is_the_gaussian_the_update_learns_from():
+    """gSDE's rollout noise z(s) @ theta, theta ~ N(0, sigma^2), has per action the std
+    sqrt(z(s)^2 @ sigma^2) that the actor's forward reports, which the update's sample and
+    log-prob use: what the actor explores with is what SAC's entropy term prices."""
+    torch.manual_seed(0)
+    actor = StateDependentNoiseActor(4, 3, (16, 16))
+    feats = torch.randn(5, 4)
+    with torch.no_grad():
+        mean, log_std = actor(feats)
+        draws = []
+        for _ in range(4000):
+            actor.resample_noise()
+            draws.append(torch.atanh(actor.explore(feats).clamp(-0.999999, 0.999999)) - mean)
+    draws = torch.stack(draws)
+    torch.testing.assert_close(draws.mean(0), torch.zeros_like(mean), atol=0.05, rtol=0)
+    torch.testing.assert_close(draws.std(0), log_std.exp(), rtol=0.06, atol=0.0)
+    action, log_prob, _ = actor.sample(feats)  # the update's reparameterised sample: the same Gaussian
+    dist = torch.distributions.TransformedDistribution(
+        torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1),
+        [torch.distributions.TanhTransform(cache_size=1)])
+    torch.testing.assert_close(log_prob, dist.log_prob(action), atol=2e-3, rtol=2e-3)
+
+
+def test_gsde_holds_its_noise_for_sde_every_steps_and_then_draws_anew():
+    """With sde_every = 3 the same observation gets the same exploring action three times in a row,
+    then another; without gSDE every exploring action differs. The deterministic action draws nothing."""
+    obs = {"state": np.random.default_rng(0).normal(size=8).astype(np.float32)}
+    agent = _agent(sde_every=3)
+    acts = [agent.act(obs) for _ in range(7)]
+    assert np.array_equal(acts[0], acts[1]) and np.array_equal(acts[1], acts[2])
+    assert not np.allclose(acts[2], acts[3])
+    assert np.array_equal(acts[3], acts[5]) and not np.allclose(acts[5], acts[6])
+    assert not np.allclose(acts[0], agent.act(obs, deterministic=True))
+    assert np.array_equal(agent.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+    white = _agent()
+    first, second = white.act(obs), white.act(obs)
+    assert not np.allclose(first[:6], second[:6])
+
+
+def test_gsde_learns_its_noise_scale_and_starts_where_init_std_says():
+    states = {"state": np.random.default_rng(2).normal(size=(64, 8)).astype(np.float32)}
+    agent = _agent(residual_scale=0.5, sde_every=4, init_std=0.2)
+    with torch.no_grad():
+        std = agent.actor(agent.encoder(agent._obs(states, augment=False)))[1].exp()
+    assert 0.1 < std.median() < 0.4  # "a typical state's": a LayerNorm-ReLU layer's |z|^2 about half its width
+    sigma = agent.actor.log_sigma.detach().clone()
+    for i in range(10):
+        agent.update(_batch(32, seed=i))
+    assert not torch.allclose(agent.actor.log_sigma, sigma)  # the entropy term and Q move sigma
+    assert "theta" not in dict(agent.actor.named_buffers()) and "theta" not in agent.actor.state_dict()
+    from robot_rl.config import TrainConfig
+
+    with pytest.raises(InputError, match="sde_every .* must be >= 0"):
+        TrainConfig(agent={"sde_every": -1}).validate()
+
+
 def test_policy_weights_round_trip_without_pickle(monkeypatch):
     import pickle
 
@@ -390,7 +446,7 @@ def test_the_fields_declared_as_shaping_the_networks_are_the_ones_that_do():
     assert NETWORK_FIELDS == network_fields(SACConfig)
     assert set(NETWORK_FIELDS) == {"image_encoder", "image_features", "state_features", "hidden", "num_critics",
                                    "state_dim", "cameras", "image_size", "action_dim", "grasp_critic",
-                                   "end_pose_weight"}
+                                   "end_pose_weight", "sde_every"}
     def agent(**kw):
         return SACAgent(SACConfig(**{"state_dim": 8, "hidden": (32, 32), "cameras": ("front",), "image_size": (32, 32),
                                      **kw}))
@@ -399,7 +455,7 @@ def test_the_fields_declared_as_shaping_the_networks_are_the_ones_that_do():
     for field_, value in (("image_features", 16), ("state_features", 8), ("hidden", (32, 16)), ("num_critics", 3),
                           ("state_dim", 9), ("cameras", ("front", "wrist")), ("image_size", (48, 48)),
                           ("action_dim", 5), ("grasp_critic", False), ("image_encoder", "resnet18"),
-                          ("end_pose_weight", 1.0)):
+                          ("end_pose_weight", 1.0), ("sde_every", 4)):
         assert field_ in NETWORK_FIELDS
         assert _shapes(agent(**{field_: value})) != base, field_
     for field_, value in (("discount", 0.9), ("tau", 0.01), ("actor_lr", 1e-3), ("num_target_critics", 1),

@@ -1,5 +1,5 @@
 """Small explicit networks for SAC: LayerNorm MLPs, a batched critic ensemble, the
-tanh-Gaussian actor, the discrete grasp critic and the observation encoder.
+tanh-Gaussian actor (and its gSDE variant), the discrete grasp critic and the observation encoder.
 
 The critic ensemble is ONE module whose weights carry a leading ensemble axis, so all
 critics run in a single batched matmul (``torch.baddbmm``) instead of a Python loop (the
@@ -119,6 +119,57 @@ class TanhGaussianActor(nn.Module):
         log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
         return action, log_prob, torch.tanh(mean)
+
+
+class StateDependentNoiseActor(TanhGaussianActor):
+    """pi(a | s) with gSDE's exploration (Raffin, Kober and Stulp 2022, generalised State-Dependent
+    Exploration): the noise is a linear function of the actor's last hidden layer z(s),
+    ``eps = z(s) @ theta`` with ``theta ~ N(0, sigma^2)`` (one sigma per hidden unit and action,
+    learned), so for one draw of ``theta`` the same state gets the same noise and nearby states
+    nearby noise: the arm explores in smooth, consistent motions instead of jittering. Over
+    ``theta``, ``eps`` is Gaussian with std ``sqrt(z^2 @ sigma^2)`` per action: the update's
+    reparameterised sample and log-prob (``sample``, inherited) use that, and an actor's rollout
+    (``explore``) holds one ``theta`` for several steps (``resample_noise``). ``z`` is detached in
+    the std, as gSDE's default: the entropy term does not shape the features."""
+
+    def __init__(self, feature_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)):
+        nn.Module.__init__(self)
+        self.net = mlp(feature_dim, hidden, action_dim)  # the mean; the noise's scale is log_sigma
+        self.log_sigma = nn.Parameter(torch.zeros(hidden[-1], action_dim))
+        self.start_std(0.5)
+        self.theta: torch.Tensor | None = None  # the rollout's exploration matrix (not saved)
+
+    def start_std(self, std: float) -> None:
+        """sigma such that a typical state's std is ``std`` (pre-tanh): a LayerNorm-ReLU layer's
+        units have E[z^2] about 1/2, so |z|^2 is about half the layer's width."""
+        if not math.exp(LOG_STD_MIN) < std < math.exp(LOG_STD_MAX):
+            raise InputError(f"init_std must lie in ({math.exp(LOG_STD_MIN):.4g}, {math.exp(LOG_STD_MAX):.4g}), got {std}")
+        with torch.no_grad():
+            self.log_sigma.fill_(math.log(std) - 0.5 * math.log(self.log_sigma.shape[0] / 2.0))
+
+    def latent(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z(s), the mean): the last hidden layer and the head over it."""
+        z = self.net[:-1](features)
+        return z, self.net[-1](z)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z, mean = self.latent(features)
+        variance = (z.detach() ** 2) @ torch.exp(2.0 * self.log_sigma).to(z.dtype)
+        log_std = (0.5 * torch.log(variance.float() + 1e-12)).clamp(LOG_STD_MIN, LOG_STD_MAX).to(mean.dtype)
+        return mean, log_std
+
+    def resample_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw the rollout's exploration matrix theta ~ N(0, sigma^2) anew."""
+        sigma = self.log_sigma.detach().exp()
+        noise = torch.randn(sigma.shape, generator=generator, device=sigma.device, dtype=sigma.dtype)
+        self.theta = sigma * noise
+
+    def explore(self, features: torch.Tensor) -> torch.Tensor:
+        """The rollout's action, tanh(mean + z(s) @ theta), with the held theta (``resample_noise``)."""
+        if self.theta is None:
+            raise RuntimeError("explore() before resample_noise(): no exploration matrix drawn")
+        z, mean = self.latent(features)
+        return torch.tanh(mean.float() + z.float() @ self.theta)
 
 
 class GraspCritic(nn.Module):

@@ -68,7 +68,8 @@ from torch.nn import functional as F
 
 from robot_rl.agents.encoders import random_shift
 from robot_rl.agents.frozen import FrozenEncoder, FrozenEncoderError, check_encoder_fits, features_of
-from robot_rl.agents.networks import CriticEnsemble, GraspCritic, ObservationEncoder, TanhGaussianActor, mlp
+from robot_rl.agents.networks import (CriticEnsemble, GraspCritic, ObservationEncoder, StateDependentNoiseActor,
+                                      TanhGaussianActor, mlp)
 from robot_rl.agents.settings import HUMAN_IN_THE_LOOP_EXPLORATION, SACConfig  # noqa: F401 (re-exported)
 from robot_rl.errors import InputError
 from robot_rl.replay.buffer import END_POSE, END_POSE_MASK
@@ -145,7 +146,8 @@ class SACAgent(nn.Module):
             feature_shape=self.frozen.feature_shape if self.frozen is not None else None,
         )
         feat = self.encoder.out_dim
-        self.actor = TanhGaussianActor(feat, c.motion_dim, c.hidden)
+        # gSDE (sde_every > 0): the rollout's noise a function of the state, held for sde_every steps
+        self.actor = (StateDependentNoiseActor if c.sde_every > 0 else TanhGaussianActor)(feat, c.motion_dim, c.hidden)
         self.residual = c.residual_scale > 0
         if c.base_action_dim and (not self.residual or c.base_action_dim < c.motion_dim):
             raise InputError(f"an external base policy needs residual_scale > 0 and an action of at least the "
@@ -189,6 +191,7 @@ class SACAgent(nn.Module):
         global generator in its process (a learner driven inline, a classifier)."""
         self._act_noise = torch.Generator(device=self.device).manual_seed(seed)
         self._act_rng = np.random.default_rng(seed)
+        self._explore_steps = 0  # gSDE: the exploring actions taken, to redraw its matrix every sde_every
 
     def _frozen_encoder(self) -> FrozenEncoder:
         """The frozen backbone: loaded from its folder, or built empty for a checkpoint's weights."""
@@ -318,6 +321,20 @@ class SACAgent(nn.Module):
         s = self.config.residual_scale
         return (base_motion + s * action).clamp(-1, 1), log_prob, (base_motion + s * mean).clamp(-1, 1)
 
+    def exploring_action(self, features: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
+        """The motion action a training rollout takes: ``policy()``'s sample, or with gSDE the
+        actor's held exploration matrix applied to this state, the matrix drawn anew every
+        ``sde_every`` actions (from the acting generator)."""
+        if self.config.sde_every <= 0:
+            return self.policy(features, base_motion, self._act_noise)[0]
+        if self._explore_steps % self.config.sde_every == 0:
+            self.actor.resample_noise(self._act_noise)
+        self._explore_steps += 1
+        action = self.actor.explore(features).to(features.dtype)
+        if not self.residual:
+            return action
+        return (base_motion + self.config.residual_scale * action).clamp(-1, 1)
+
     def mean_action(self, features: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
         """The deterministic motion action, ``policy()``'s third output, without drawing noise."""
         mean = torch.tanh(self.actor(features)[0])
@@ -335,7 +352,7 @@ class SACAgent(nn.Module):
         if deterministic:  # no noise drawn: evaluating never moves the exploration's stream
             motion = self.mean_action(features, base)
         else:
-            motion, _, _ = self.policy(features, base, self._act_noise)
+            motion = self.exploring_action(features, base)
         out = np.zeros(self.config.action_dim, dtype=np.float32)
         out[: self.config.motion_dim] = motion[0].cpu().numpy()
         if self.grasp is not None:

@@ -63,6 +63,9 @@ class AgentSettings:
     init_temperature: float = 0.01
     target_entropy: float | None = None  # None -> -|A_motion| / 2
     init_std: float | None = None  # the actor's exploration std (pre-tanh) at the start in every state; None: as initialised
+    # gSDE: > 0, the rollout's noise a linear function of the actor's last hidden layer, its matrix
+    # drawn anew every this many env steps (networks.StateDependentNoiseActor); 0: fresh noise every step
+    sde_every: int = network(0)
     backup_entropy: bool = False
     max_return: float | None = None  # the critics' TD targets clipped to it (HER's clip): 1 for our success reward
     critic_actor_ratio: int = 1  # critic updates per actor update
