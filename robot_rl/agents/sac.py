@@ -310,16 +310,19 @@ class SACAgent(nn.Module):
     # ---- acting ------------------------------------------------------------------------
     def policy(self, features: torch.Tensor, base_motion: torch.Tensor | None = None,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Motion action: (sample, log_prob, deterministic). Adds the frozen base's motion action
-        when residual: ``base_motion()``'s (default: the cloned base reading ``features``)."""
+        """Motion action: (sample, log_prob, deterministic), each ``on_base()``'s when residual."""
         action, log_prob, mean = self.actor.sample(features, generator)
-        if not self.residual:
-            return action, log_prob, mean
-        if base_motion is None:
+        if self.residual and base_motion is None:
             with torch.no_grad():
                 base_motion = torch.tanh(self.base(features))
-        s = self.config.residual_scale
-        return (base_motion + s * action).clamp(-1, 1), log_prob, (base_motion + s * mean).clamp(-1, 1)
+        return self.on_base(action, base_motion), log_prob, self.on_base(mean, base_motion)
+
+    def on_base(self, action: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
+        """The motion the arm takes for the actor's ``action``: itself, or when residual
+        clip(base_motion + residual_scale * action), ``base_motion`` the frozen base's."""
+        if not self.residual:
+            return action
+        return (base_motion + self.config.residual_scale * action).clamp(-1, 1)
 
     def exploring_action(self, features: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
         """The motion action a training rollout takes: ``policy()``'s sample, or with gSDE the
@@ -330,17 +333,11 @@ class SACAgent(nn.Module):
         if self._explore_steps % self.config.sde_every == 0:
             self.actor.resample_noise(self._act_noise)
         self._explore_steps += 1
-        action = self.actor.explore(features).to(features.dtype)
-        if not self.residual:
-            return action
-        return (base_motion + self.config.residual_scale * action).clamp(-1, 1)
+        return self.on_base(self.actor.explore(features).to(features.dtype), base_motion)
 
     def mean_action(self, features: torch.Tensor, base_motion: torch.Tensor | None) -> torch.Tensor:
         """The deterministic motion action, ``policy()``'s third output, without drawing noise."""
-        mean = torch.tanh(self.actor(features)[0])
-        if not self.residual:
-            return mean
-        return (base_motion + self.config.residual_scale * mean).clamp(-1, 1)
+        return self.on_base(torch.tanh(self.actor(features)[0]), base_motion)
 
     @torch.no_grad()
     def act(self, obs: dict, deterministic: bool = False) -> np.ndarray:
