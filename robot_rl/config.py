@@ -425,6 +425,9 @@ class RecordConfig(EnvConfig, ContactConfig):
     continue_after_success: int = setting(0, "the actor goes on acting this many steps after success (rollouts not "
                                              "cut at success)", metavar="STEPS")
     seed: int = setting(0, "random seed (episode i resets with seed + i)")
+    spread_layouts: int = setting(0, "on the twin: take the scenes spread over the task's variation, as a lab places "
+                                     "its objects for demonstrations: of the resets seed .. seed + N - 1, each next "
+                                     "the farthest from those taken (0: seed, seed + 1, ...)", metavar="N")
     teleop: str | None = setting(None, "with --env: a teleop device drives the env (spacemouse, gamepad): its "
                                        "translation, then rotation, fill the map's motion dimensions in order, its "
                                        "gripper button the gripper; paced at the env's rate", metavar="DEVICE")
@@ -445,6 +448,10 @@ class RecordConfig(EnvConfig, ContactConfig):
             raise InputError("--teleop drives a Gymnasium env (--env ID); on the twin use robot-rl session")
         if self.episodes < 1:
             raise InputError("episodes must be >= 1")
+        if self.spread_layouts and (self.env is not None or self.spread_layouts < self.episodes):
+            raise InputError(f"--spread-layouts N picks the twin's scenes from N resets, at least --episodes "
+                             f"({self.episodes}) and without --env; got {self.spread_layouts}"
+                             + (f" with --env {self.env}" if self.env is not None else ""))
         if (self.hold_after_success or self.hold_after_failure) and self.continue_after_success:
             raise InputError("choose hold_after_success (a still or randomly moving arm) or continue_after_success "
                              "(the actor goes on), not both")
@@ -525,6 +532,9 @@ class MainJobConfig:
     image_size: int = setting(64, "the cameras' square frames, in pixels: the demonstrations', the classifier's and "
                                   "the policy's (the ROS 2 stack's cameras: 64)", metavar="N")
     demos: int = setting(20, "demonstrations recorded by the scripted expert")
+    demo_layouts: str = setting("seeds", "the demonstrations' scenes: seeds: consecutive resets; spread: spread over "
+                                         "the task's variation, as a lab places its objects (robot-rl record "
+                                         "--spread-layouts, of 10 resets per demonstration)", choices=("seeds", "spread"))
     takes: int = setting(20, "the classifier's successful takes, and as many failed ones")
     classifier_steps: int = setting(2000, "the success classifier's training steps")
     encoder_steps: int = setting(1000, "the frozen image encoder's pretraining steps (--obs pixels)")
@@ -570,6 +580,11 @@ class MainJobConfig:
         if not 0.0 <= self.eagerness <= 1.0:
             raise InputError(f"--human {self.human} must be a number in [0, 1] (the simulated human's eagerness; "
                              "0: none)")
+        if self.demo_layouts not in ("seeds", "spread"):
+            raise InputError(f"--demo-layouts must be seeds or spread, got {self.demo_layouts!r}")
+        if self.demo_layouts == "spread" and self.stack == "ros":
+            raise InputError("--demo-layouts spread picks the twin's scenes; the ROS 2 stack (--stack ros) records "
+                             "its demonstrations as its cell resets them: leave it unset")
         if self.stack == "ros" and self.observation != "state":
             raise InputError("--obs pixels: the ROS 2 stack (--stack ros) trains the state policy (its actor reads the "
                              "sim's object poses); leave --obs unset or give state")

@@ -139,7 +139,8 @@ def record_demos(job: MainJob) -> None:
     else:  # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
         job.robot_rl("record", "--task", cfg.task_name, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
                      str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", str(cfg.image_size),
-                     "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"))
+                     "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"),
+                     *(["--spread-layouts", str(10 * cfg.demos)] if cfg.demo_layouts == "spread" else []))
 
 
 def record_classifier_takes(job: MainJob) -> None:
