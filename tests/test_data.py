@@ -495,3 +495,39 @@ def test_a_released_hold_drops_the_object_and_ground_truth_labels_the_fall(tmp_p
         assert ep["success"][opened[0]] and not ep["success"][-1]
     with pytest.raises(ValueError, match="share of takes"):
         record_rollouts(tmp_path / "y.zarr", "PickCube", 1, hold_after_success=2, hold_release=1.5)
+
+
+def test_spread_layouts_take_scenes_that_cover_the_task_evenly(tmp_path):
+    from robot_rl.commands.record import spread_reset_seeds
+    from robot_rl.sim import make
+
+    order = spread_reset_seeds("PegInsertHard", "mujoco", 10_000, 60)
+    assert order[0] == 10_000 and sorted(order) == list(range(10_000, 10_060))  # every reset once, the first first
+    env = make("PegInsertHard", "mujoco")
+    try:
+        def closest_pair_mm(seeds):
+            holes = np.array([env.reset(seed=s)[0]["privileged"]["hole"][:2] for s in seeds])
+            gaps = np.linalg.norm(holes[:, None] - holes[None], axis=-1) + np.eye(len(holes))
+            return 1000 * gaps.min()
+        spread, consecutive = closest_pair_mm(order[:10]), closest_pair_mm(range(10_000, 10_010))
+        first_holes = [env.reset(seed=s)[0]["privileged"]["hole"] for s in order[:2]]
+    finally:
+        env.close()
+    assert spread > 2 * consecutive, (spread, consecutive)
+    # the store's episodes are those scenes, in that order
+    store = EpisodeStore.open(record_rollouts(tmp_path / "s.zarr", "PegInsertHard", 2, noise=0.1, seed=10_000,
+                                              spread_layouts=60)["path"])
+    recorded = [store.get_episode(i, ["privileged_hole"])["privileged_hole"][0] for i in range(2)]
+    np.testing.assert_allclose(np.stack(recorded), np.stack(first_holes), atol=1e-6)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--episodes", "3", "--spread-layouts", "2"], "--spread-layouts N picks the twin's scenes from N resets, at least "
+                                                   "--episodes (3) and without --env; got 2"),
+    (["--episodes", "1", "--spread-layouts", "5", "--env", "gymnasium:Pendulum-v1", "--env-expert", "m:f"],
+     "got 5 with --env gymnasium:Pendulum-v1"),
+])
+def test_record_refuses_spread_layouts_it_cannot_take(tmp_path, capsys, args, says):
+    assert main(["record", "--task", "PegInsertHard", "--out", str(tmp_path / "x.zarr"), *args]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "x.zarr").exists()

@@ -377,7 +377,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
-                                  f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size})",
+                                  f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size}" +
+                                  (", scenes spread over the task's variation)" if cfg.demo_layouts == "spread" else ")"),
               lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
               verify_demos, ("demos.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
