@@ -512,6 +512,9 @@ class EncoderPretrainConfig:
 STACKS = ("sim", "ros")  # how the main job trains: in one process tree on the twin, or through the ROS 2 stack
 
 
+DEMO_LAYOUTS = ("seeds", "spread")  # the main job's demonstrations: consecutive resets, or spread over the task
+
+
 @dataclass
 class MainJobConfig:
     """``robot-rl main``: the main job on the sim twin, every stage of a lab's pipeline
@@ -532,9 +535,10 @@ class MainJobConfig:
     image_size: int = setting(64, "the cameras' square frames, in pixels: the demonstrations', the classifier's and "
                                   "the policy's (the ROS 2 stack's cameras: 64)", metavar="N")
     demos: int = setting(20, "demonstrations recorded by the scripted expert")
-    demo_layouts: str = setting("seeds", "the demonstrations' scenes: seeds: consecutive resets; spread: spread over "
-                                         "the task's variation, as a lab places its objects (robot-rl record "
-                                         "--spread-layouts, of 10 resets per demonstration)", choices=("seeds", "spread"))
+    demo_layouts: str | None = setting(None, "the demonstrations' scenes: seeds: consecutive resets; spread: spread "
+                                                "over the task's variation, as a lab places its objects (robot-rl record "
+                                                "--spread-layouts, of 10 resets per demonstration); default the task's "
+                                                "(PegInsertHard: spread, the others: seeds)", choices=DEMO_LAYOUTS)
     takes: int = setting(20, "the classifier's successful takes, and as many failed ones")
     classifier_steps: int = setting(2000, "the success classifier's training steps")
     encoder_steps: int = setting(1000, "the frozen image encoder's pretraining steps (--obs pixels)")
@@ -580,11 +584,8 @@ class MainJobConfig:
         if not 0.0 <= self.eagerness <= 1.0:
             raise InputError(f"--human {self.human} must be a number in [0, 1] (the simulated human's eagerness; "
                              "0: none)")
-        if self.demo_layouts not in ("seeds", "spread"):
-            raise InputError(f"--demo-layouts must be seeds or spread, got {self.demo_layouts!r}")
-        if self.demo_layouts == "spread" and self.stack == "ros":
-            raise InputError("--demo-layouts spread picks the twin's scenes; the ROS 2 stack (--stack ros) records "
-                             "its demonstrations as its cell resets them: leave it unset")
+        if self.demo_layouts not in (None, *DEMO_LAYOUTS):
+            raise InputError(f"--demo-layouts must be one of {', '.join(DEMO_LAYOUTS)}, got {self.demo_layouts!r}")
         if self.stack == "ros" and self.observation != "state":
             raise InputError("--obs pixels: the ROS 2 stack (--stack ros) trains the state policy (its actor reads the "
                              "sim's object poses); leave --obs unset or give state")

@@ -43,12 +43,13 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "simulated human (eagerness 0.5)" in hard[3]
     assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
     assert "cameras at 64x64" in hard[0] and "cameras at 96x96" in plan(capsys, "--image-size", "96")[0]
-    assert "spread" not in hard[0] and "64x64, scenes spread over the task's variation)" in plan(
-        capsys, "--demo-layouts", "spread")[0]
+    assert "64x64, scenes spread over the task's variation)" in hard[0]  # PegInsertHard's demonstrations
+    assert "spread" not in plan(capsys, "--demo-layouts", "seeds")[0]
     pixels = plan(capsys, "--task", "PickCube")
     assert "train round 1: PickCube from pixels for 6000 env steps" in pixels[3]
     assert "(SAC/RLPD, UTD 2, critic_actor_ratio=2)" in pixels[3]  # PickCube's own main-job setting
     assert "(behaviour cloning on the demonstrations)" in pixels[2]  # PickCube's encoder: bc
+    assert "spread" not in pixels[0] and "spread" in plan(capsys, "--task", "PickCube", "--demo-layouts", "spread")[0]
     clutter = plan(capsys, "--task", "PickCubeHard")  # the second hard task: its own steps and encoder
     assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
     assert "reward (SAC/RLPD, UTD 2) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
@@ -269,7 +270,8 @@ def test_main_sh_takes_its_extra_arguments_with_or_without_a_leading_double_dash
     ({"STEPS": "1.5"}, "argument --steps: invalid int value: '1.5'"),
     ({"STACK": "k8s"}, "argument --stack: invalid choice: 'k8s'"),
     ({"DEMO_LAYOUTS": "grid"}, "argument --demo-layouts: invalid choice: 'grid'"),
-    ({"DEMO_LAYOUTS": "spread", "STACK": "ros"}, "--demo-layouts spread picks the twin's scenes; the ROS 2 stack"),
+    ({"DEMO_LAYOUTS": "spread", "STACK": "ros", "TASK": "PickCubeSO101"},
+     "--demo-layouts spread picks the twin's scenes; PickCubeSO101's demonstrations are recorded through so101_sim"),
 ])
 def test_main_sh_refuses_a_bad_variable_before_any_stage(tmp_path, variables, says):
     done = run_main_sh(tmp_path, **variables)

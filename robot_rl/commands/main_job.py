@@ -78,6 +78,10 @@ class MainJob(StageRunner):
                                "without a simulated human (an SO-101 task's, so101_sim, has one); leave it unset or 0")
         if cfg.stack == "ros":
             self.check_stack_arguments()
+        self.demo_layouts = cfg.demo_layouts or self.task.main_job_demo_layouts
+        if self.demo_layouts == "spread" and self.demos_through_the_stack:
+            raise MainJobError(f"--demo-layouts spread picks the twin's scenes; {cfg.task_name}'s demonstrations are "
+                               f"recorded through {self.ros_stack} as its cell resets them: leave it unset")
         self.steps = cfg.steps or self.task.main_job_steps
         self.round1 = self.steps * 3 // 4
         # bf16 where the task's pixel job was measured so and the CPU has bf16 units (decided once)
@@ -136,11 +140,11 @@ def record_demos(job: MainJob) -> None:
     cfg = job.cfg
     if job.demos_through_the_stack:
         record_demos_through_the_stack(job)
-    else:  # seed 10000 and noise 0.1 are the takes `train --demos 20` would collect in memory
+    else:  # seed 10000 and noise 0.1: with the scenes from consecutive resets, the takes `train --demos 20` collects
         job.robot_rl("record", "--task", cfg.task_name, "--episodes", str(cfg.demos), "--noise", "0.1", "--seed",
                      str(SEEDS["demos"]), "--successful-only", "--images", "--image-size", str(cfg.image_size),
                      "--cameras", *POLICY_CAMERAS, "--out", job.path("demos.zarr"),
-                     *(["--spread-layouts", str(10 * cfg.demos)] if cfg.demo_layouts == "spread" else []))
+                     *(["--spread-layouts", str(10 * cfg.demos)] if job.demo_layouts == "spread" else []))
 
 
 def record_classifier_takes(job: MainJob) -> None:
@@ -378,7 +382,7 @@ def stages_of(job: MainJob) -> list[Stage]:
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
                                   f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size}" +
-                                  (", scenes spread over the task's variation)" if cfg.demo_layouts == "spread" else ")"),
+                                  (", scenes spread over the task's variation)" if j.demo_layouts == "spread" else ")"),
               lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
               verify_demos, ("demos.zarr", "demos_stack")),
         Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
