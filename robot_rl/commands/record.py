@@ -171,10 +171,11 @@ def scene_layout(privileged: dict) -> np.ndarray:
 def spread_reset_seeds(task: str, backend: str, seed: int, candidates: int) -> list[int]:
     """The reset seeds ``seed .. seed + candidates - 1`` in farthest-point order: the first, then
     each next the one whose scene (``scene_layout``, each number scaled by its spread over the
-    candidates) is farthest from every one taken so far. Twenty demonstrations from i.i.d. resets
-    leave parts of the task's variation empty (PegInsertHard's main job: 2 of 20 with the hole in
-    its farthest 2 cm, where its policy then needed the human 4 times as often as near the base;
-    docs/CALIBRATION.md); the first ``episodes`` of this order cover it evenly."""
+    candidates) is farthest from every one taken so far. Twenty demonstrations from consecutive
+    resets leave parts of the task's variation nearly empty (PegInsertHard's main job: 2 of 20 with
+    a peg turn of 30 degrees or more, 5 with the hole 1 cm or more to the left, where its policies
+    then needed the human about twice as often; docs/CALIBRATION.md); the first ``episodes`` of
+    this order cover it evenly."""
     from robot_rl.sim import make
 
     env = make(task, backend)  # no cameras: the scene's poses are all it reads
