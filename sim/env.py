@@ -106,6 +106,10 @@ class PandaCellEnv(gym.Env):
         self._layout: Layout | None = None
         self._gripper_target = GRIPPER_OPEN_WIDTH
         self._steps = 0
+        # the ground truth's success at some step of this episode: a wrapper that decides success
+        # itself (the classifier's reward) runs the episode on where the classifier misses it, and
+        # the simulated human stands by from here, as a person watching the cell would
+        self.succeeded = False
 
     # ---- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -114,6 +118,7 @@ class PandaCellEnv(gym.Env):
         self.backend.reset(self._layout)
         self._gripper_target = 0.0 if self._layout.held_object else self._layout.gripper_width
         self._steps = 0
+        self.succeeded = False
         return self._observation(), {"success": False, "safety_clipped": False, "reflex": False}
 
     def step(self, action):
@@ -133,6 +138,7 @@ class PandaCellEnv(gym.Env):
         self._steps += 1
         poses = self.backend.object_poses()
         success = not reflex and self.task.is_success(poses, self._layout)
+        self.succeeded = self.succeeded or success
         terminated = success or reflex
         truncated = self._steps >= self.max_episode_steps and not terminated
         info = {"success": success, "safety_clipped": clipped, "gripper_command": int(command), "reflex": reflex}

@@ -52,6 +52,7 @@ class So101CellEnv(gym.Env):
         self._layout: Layout | None = None
         self._steps = 0
         self._started = False
+        self.succeeded = False  # the ground truth's success at some step of this episode (sim/env.py's)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -65,7 +66,7 @@ class So101CellEnv(gym.Env):
         a = self.physics._cube_qpos
         self.physics.data.qpos[a + 3:a + 7] = cube_quat
         self.physics.step(0.05)  # the cube settles
-        self._gripper, self._steps, self._started = model.GRIPPER_OPEN, 0, True
+        self._gripper, self._steps, self._started, self.succeeded = model.GRIPPER_OPEN, 0, True, False
         pos, rot = kinematics.forward_kinematics(self.physics.joint_positions())
         self._target = (pos, kinematics.tcp_yaw(rot))
         return self._observation(), {"success": False, "safety_clipped": False}
@@ -95,6 +96,7 @@ class So101CellEnv(gym.Env):
         self.physics.step(1.0 / self.limits.control_hz)
         self._steps += 1
         success = self.task.is_success({"cube": self.physics.cube_pose()}, self._layout)
+        self.succeeded = self.succeeded or success
         truncated = self._steps >= self.max_episode_steps and not success
         info = {"success": success, "safety_clipped": not np.allclose(target, desired), "gripper_command": int(command)}
         return self._observation(), float(success), success, truncated, info

@@ -221,6 +221,41 @@ def test_simulated_human_takes_over_a_stalled_policy_for_bounded_stretches():
     assert sum(s for s, _, _ in peg) >= 4
 
 
+def test_the_twins_human_stands_by_once_the_ground_truth_has_succeeded():
+    """Where the classifier's reward misses a success the twin's episode runs on; the human built
+    as training builds it hands the arm back at the ground truth's success and stays off for the
+    rest of the episode, and one that does not watch success takes over again with the cube held."""
+    from robot_rl.commands.learning_aids import make_human
+    from robot_rl.config import TrainConfig
+    from robot_rl.sim import make
+    from robot_rl.teleop.simulated_human import SimulatedHuman, SimulatedHumanConfig
+
+    env = make("PickCube", "mujoco", max_episode_steps=60)
+    try:
+        human = make_human(TrainConfig(task="PickCube", human_eagerness=1.0, human_max_takeovers=3), env)
+        blind = SimulatedHuman("PickCube", SimulatedHumanConfig(eagerness=1.0, max_takeovers=3), seed=0)
+        for operator in (human, blind):
+            obs, _ = env.reset(seed=0)
+            operator.reset()
+            assert not env.succeeded
+            flags, successes = [], []
+            for _ in range(60):  # on past success, as under a classifier that misses it; the policy holds still
+                action = operator(obs)
+                flags.append(action is not None)
+                obs, _, _, _, info = env.step(action if action is not None else np.zeros(7, np.float32))
+                successes.append(info["success"])
+            first = successes.index(True)  # the takeovers lifted the cube
+            assert env.succeeded and any(flags[:first + 1])
+            if operator is human:
+                assert not any(flags[first + 1:]) and not human.intervening
+            else:
+                assert any(flags[first + 1:])  # with the cube up, its progress stalls: it steps in again
+        env.reset(seed=1)
+        assert not env.succeeded  # a new episode
+    finally:
+        env.close()
+
+
 def test_simulated_human_leaves_a_working_policy_alone_and_rejects_bad_eagerness():
     from robot_rl.sim import make
     from robot_rl.sim.experts import make_expert

@@ -43,7 +43,8 @@ def human_watches(cfg: TrainConfig, cell=None) -> str | None:
 
 
 def make_human(cfg: TrainConfig, cell=None):
-    """The simulated human: the twin's (its scripted expert judges progress), or on a Gymnasium env
+    """The simulated human: the twin's (its scripted expert judges progress, and it stands by once
+    the ground truth says the episode has succeeded, where the classifier's reward runs it on), or on a Gymnasium env
     the env's scripted policy (``--env-expert``) driving, judged by its own progress or, without
     one, by the ``ScriptedOperator``'s clock (``human_watches``)."""
     watches = human_watches(cfg, cell)
@@ -54,8 +55,10 @@ def make_human(cfg: TrainConfig, cell=None):
 
     config = SimulatedHumanConfig(eagerness=cfg.human_eagerness, takeover_steps=cfg.human_takeover_steps,
                                   max_takeovers=cfg.human_max_takeovers, guard=cfg.human_guards)
-    if not cfg.env:
-        return SimulatedHuman(cfg.task, config, seed=cfg.seed)
+    if not cfg.env:  # the twin: the task's expert judges progress, and the human stands by once it has succeeded
+        twin = cell.unwrapped if cell is not None else None
+        return SimulatedHuman(cfg.task, config, seed=cfg.seed,
+                              succeeded=(lambda: twin.succeeded) if hasattr(twin, "succeeded") else None)
     mapped = cell.unwrapped
     if watches == "progress":
         return SimulatedHuman(cfg.env, config, expert=ScriptedExpert(mapped), succeeded=lambda: mapped.succeeded)
