@@ -52,7 +52,8 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "spread" not in pixels[0] and "spread" in plan(capsys, "--task", "PickCube", "--demo-layouts", "spread")[0]
     clutter = plan(capsys, "--task", "PickCubeHard")  # the second hard task: its own steps and encoder
     assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
-    assert "reward (SAC/RLPD, UTD 2) and a simulated human" in clutter[3] and "and their end poses" in clutter[2]
+    assert "reward (SAC/RLPD, UTD 1, discount=0.9, autocast_bf16=true) and a simulated human" in clutter[3]  # its own
+    assert "and their end poses" in clutter[2]
     assert "its corrections cloned into the base" in clutter[3]  # PickCubeHard's: they widen its base
     assert "cloned" not in hard[3]  # PegInsertHard's stay in the demo buffer (cloned, they ruin its base)
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
