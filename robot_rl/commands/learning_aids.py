@@ -43,10 +43,11 @@ def human_watches(cfg: TrainConfig, cell=None) -> str | None:
 
 
 def make_human(cfg: TrainConfig, cell=None):
-    """The simulated human: the twin's (its scripted expert judges progress, and it stands by once
-    the ground truth says the episode has succeeded, where the classifier's reward runs it on), or on a Gymnasium env
+    """The simulated human: the twin's (its scripted expert judges progress), or on a Gymnasium env
     the env's scripted policy (``--env-expert``) driving, judged by its own progress or, without
-    one, by the ``ScriptedOperator``'s clock (``human_watches``)."""
+    one, by the ``ScriptedOperator``'s clock (``human_watches``). Either stands by once the env says
+    the episode has succeeded (the twin's ground truth, the map's success), also where the
+    classifier's reward missed it and runs the episode on."""
     watches = human_watches(cfg, cell)
     if watches is None:
         return None
@@ -55,12 +56,10 @@ def make_human(cfg: TrainConfig, cell=None):
 
     config = SimulatedHumanConfig(eagerness=cfg.human_eagerness, takeover_steps=cfg.human_takeover_steps,
                                   max_takeovers=cfg.human_max_takeovers, guard=cfg.human_guards)
-    if not cfg.env:  # the twin: the task's expert judges progress, and the human stands by once it has succeeded
-        twin = cell.unwrapped if cell is not None else None
-        return SimulatedHuman(cfg.task, config, seed=cfg.seed,
-                              succeeded=(lambda: twin.succeeded) if hasattr(twin, "succeeded") else None)
-    mapped = cell.unwrapped
+    env = cell.unwrapped if cell is not None else None  # the twin or a mapped env: each says `succeeded`
+    succeeded = (lambda: env.succeeded) if hasattr(env, "succeeded") else None  # from then on the human stands by
+    if not cfg.env:
+        return SimulatedHuman(cfg.task, config, seed=cfg.seed, succeeded=succeeded)
     if watches == "progress":
-        return SimulatedHuman(cfg.env, config, expert=ScriptedExpert(mapped), succeeded=lambda: mapped.succeeded)
-    return ScriptedOperator(mapped.expert_action, mapped.max_episode_steps, config,
-                            succeeded=lambda: mapped.succeeded)
+        return SimulatedHuman(cfg.env, config, expert=ScriptedExpert(env), succeeded=succeeded)
+    return ScriptedOperator(env.expert_action, env.max_episode_steps, config, succeeded=succeeded)
