@@ -77,6 +77,8 @@ class LearnerClient:
         self.transitions_sent = 0
         self.lags: list[int] = []
         self._online_at_start: int | None = None
+        self.weights_taken_in = 0  # the transitions this actor sent that the policy swapped in was made with
+        self.weights_updates: int | None = None  # and the learner's updates it was made after
 
     @classmethod
     def start(cls, setup: LearnerSetup, policy, on_error: Callable[[str], None]) -> "LearnerClient":
@@ -134,10 +136,21 @@ class LearnerClient:
         if newest is not None:
             self.policy.load_policy_state_dict({k: torch.from_numpy(v) for k, v in newest.arrays.items()})
             self.weights_version = newest.meta.get("version", 0)
+            self.weights_updates = newest.meta.get("updates")
             if "online" in newest.meta:
                 if self._online_at_start is None:
                     self._online_at_start = int(newest.meta["online"]) - self.transitions_sent
-                self.lags.append(self.transitions_sent - (int(newest.meta["online"]) - self._online_at_start))
+                self.weights_taken_in = int(newest.meta["online"]) - self._online_at_start
+                self.lags.append(self.transitions_sent - self.weights_taken_in)
+
+    def ask_for_current_weights(self) -> Callable[[], bool]:
+        """Ask the learner for its weights as they are now, every transition sent taken in and every
+        update it made owed done (what its next checkpoint holds), to be swapped in as they come.
+        Returns the condition to poll on: those weights are the policy's."""
+        self.due_updates = math.inf
+        sent = self.transitions_sent
+        self.send("publish")
+        return lambda: self.weights_taken_in >= sent
 
     def lag_figures(self) -> dict:
         """How many steps behind the actor the policies it swapped in were: p50, p99 and max over the

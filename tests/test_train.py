@@ -323,6 +323,27 @@ def _final_weights(run) -> dict:
     return load_file(str(ckpt / "agent.safetensors"))
 
 
+@pytest.mark.parametrize("learner", ["inline", "process"])
+def test_the_final_figure_grades_the_weights_the_final_checkpoint_holds(tmp_path, learner):
+    """While training the actor acts with weights up to max_lead steps and weights_every updates
+    behind the learner; the final evaluation waits for the learner's weights as they are at the last
+    step, so the figure the run reports is that of the checkpoint a user evaluates or deploys."""
+    from robot_rl.commands.evaluate import evaluate_checkpoint
+    from robot_rl.runtime.checkpoint import read_state, resolve_checkpoint
+
+    run = tmp_path / "run"
+    summary = train(TrainConfig(task="PickCube", demos=2, env_steps=120, eval_every=60, weights_every=1000,
+                                learner=learner, run_dir=str(run), **TINY), log=lambda m: None)
+    saved = read_state(resolve_checkpoint(run))["updates"]
+    assert saved == TINY["critic_warmup_steps"] + 2 * 120  # the critic's warm-up, then UTD 2
+    assert summary["final"]["policy_updates"] == saved
+    # the evaluations before acted with the schedule's weights: the first, after the warm-up
+    assert [e["policy_updates"] for e in summary["evals"]][:2] == [TINY["critic_warmup_steps"]] * 2
+    again = evaluate_checkpoint(str(run), episodes=3, seed=2_000_000)
+    assert (again["success_rate"], again["episode_length"]) == (summary["evals"][-1]["success_rate"],
+                                                                 summary["evals"][-1]["episode_length"])
+
+
 def test_the_evaluations_leave_the_training_as_it_is(tmp_path):
     """Evaluating more or less often changes the curve's points and the time, never what is
     learnt: the same seed at two --eval-every values ends with the same weights, episodes and

@@ -260,6 +260,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
     def evaluation(step: int, episodes: int) -> None:
         result = evaluate(lambda o: policy.act(o, True), eval_env, episodes, seed=2_000_000,
                           log=log if cfg.progress else None)
+        result["policy_updates"] = learner.weights_updates  # which policy it graded: after so many updates
         source = getattr(eval_env.unwrapped, "success_source", None)
         if source and run.success_source != source:  # a Gymnasium env: what said success
             run.success_source = source
@@ -331,8 +332,11 @@ def _train(cfg: TrainConfig, run_dir: Path, resume_from: str | None, run: RunSta
             if result.episode is not None:
                 run.count_episode(result.episode)
                 log_episode(run, result.episode, logger, step)
-            if step % cfg.eval_every == 0 or step == cfg.env_steps:
-                evaluation(step, cfg.final_eval_episodes if step == cfg.env_steps else cfg.eval_episodes)
+            if step == cfg.env_steps:  # the final figure grades the weights the final checkpoint holds
+                wait_for(learner, learner.ask_for_current_weights(), "send its current weights")
+                evaluation(step, cfg.final_eval_episodes)
+            elif step % cfg.eval_every == 0:
+                evaluation(step, cfg.eval_episodes)
             reached = (cfg.stop_at_success is not None and step % cfg.eval_every == 0
                        and run.evals[-1]["success_rate"] >= cfg.stop_at_success)
             if (step % cfg.checkpoint_every == 0 or step == cfg.env_steps or reached

@@ -21,7 +21,7 @@ def final_figure(evaluation: dict, success_source: str | None = None) -> dict:
     graded = f"the env's {success_source}" if success_source else "sim ground truth"
     return {"success_rate": evaluation["success_rate"], "episodes": evaluation["episodes"],
             "seed_range": evaluation.get("seed_range"), "env_steps": evaluation["env_steps"],
-            "graded_by": f"{graded}, deterministic policy"}
+            "policy_updates": evaluation.get("policy_updates"), "graded_by": f"{graded}, deterministic policy"}
 
 
 def steps_to(evals: list[dict], threshold: float) -> int | None:

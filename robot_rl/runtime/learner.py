@@ -135,6 +135,8 @@ class Learner:
             path = write_checkpoint(self.run_dir, msg.meta["name"], self.agent, self.replay, state)
             self.last_checkpoint = str(path)
             self.endpoint.send("checkpoint_saved", meta={"path": str(path)})
+        elif msg.kind == "publish":  # the actor asks for the weights as they are now (its final evaluation)
+            self.publish_weights()
         elif msg.kind == "stop":
             self.stopped = True
 
