@@ -134,8 +134,7 @@ def test_the_tcp_goes_where_the_displacements_add_up_to_a_square_corner_within_2
 
     def square_corners(gain: float) -> tuple[list[float], int]:
         settings = FrankaSettings(server.host, realtime_kernel=False, tracking_gain=gain, connect_timeout_s=LIVE)
-        arm = FrankaArm(settings, BOX, HOME_JOINTS,
-                        lambda rng: (np.array([0.4, -0.05, 0.3]), DOWN.copy()), LIMITS)
+        arm = FrankaArm(settings, BOX, HOME_JOINTS, lambda rng: (np.array([0.4, -0.05, 0.3]), DOWN.copy()), LIMITS)
         try:
             arm.reset()
             return [float(np.linalg.norm(e[:2])) for e in drive_square(arm)], arm.counts["tracking_misses"]
@@ -285,7 +284,8 @@ def test_the_arm_node_drives_the_franka_over_ros(server, tmp_path):
     from tests.helpers.ros import Probe, free_domain_id, node_process
 
     domain = free_domain_id()
-    with node_process("robot_rl.drivers.arm_node", franka_params(server.host, connect_timeout_s=LIVE), domain, tmp_path) as arm:
+    params = franka_params(server.host, connect_timeout_s=LIVE)
+    with node_process("robot_rl.drivers.arm_node", params, domain, tmp_path) as arm:
         probe = Probe(domain)
         try:
             poses = probe.subscribe(PoseStamped, topics.TCP_POSE, topics.qos_sensor(50))
