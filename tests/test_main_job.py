@@ -73,11 +73,11 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
 def recording_job(run, **settings):
     """A main job in ``run`` whose robot-rl commands are recorded (in the list returned with it),
     not run."""
-    from robot_rl.commands import main_job
+    from robot_rl.commands import main_job_start
     from robot_rl.config import MainJobConfig
 
     run.mkdir()
-    job = main_job.new_job(MainJobConfig(run_dir=str(run), **settings), log=lambda line: None)
+    job = main_job_start.new_job(MainJobConfig(run_dir=str(run), **settings), log=lambda line: None)
     calls = []
     job.robot_rl = lambda *args, **kwargs: calls.append(args)
     return job, calls
@@ -189,14 +189,14 @@ def test_a_bad_resume_is_one_line_and_changes_nothing(tmp_path, capsys, make, sa
 def test_side_by_side_stages_may_have_finished_in_either_order(tmp_path, monkeypatch):
     """The classifier's stage and the encoder's run side by side: a job stopped with the encoder's
     finished and the classifier's not goes on from the classifier's (its finished stages verified)."""
-    from robot_rl.commands import main_job
+    from robot_rl.commands import main_job, main_job_start
 
     verified = []
     for name in ("verify_demos", "verify_encoder"):
         monkeypatch.setattr(main_job, name, lambda job, name=name: verified.append(name))
     run = a_main_job_folder(tmp_path, stages={n: {"wall_s": 1} for n in ("record", "encoder")})
     lines = []
-    job = main_job.resume(run, log=lines.append)
+    job = main_job_start.resume(run, log=lines.append)
     assert lines == [f"resuming {run}: stages 1, 3 finished and verified; going on from stage 2 of 7"]
     assert verified == ["verify_demos", "verify_encoder"]
     assert [[stage.name for _, stage in group] for group in job.groups()] == [

@@ -168,7 +168,7 @@ def _cmd_classifier(args) -> int:
 
 
 def _cmd_main(args) -> int:
-    from robot_rl.commands.main_job import print_plan, run_main_job
+    from robot_rl.commands.main_job_start import print_plan, run_main_job
     from robot_rl.commands.main_job_runner import JobStopped, StageFailed
     from robot_rl.config import MainJobConfig
     from robot_rl.config_cli import config_overrides
