@@ -58,9 +58,13 @@ def collect_demos(env, observe: Callable[[dict], dict], task: str, episodes: int
 
 def steps_to_success(steps: Sequence[int], successes: Sequence[bool]) -> dict:
     """Cycle time over episodes (one step count and one success flag each): the mean steps of the
-    successful episodes only (``steps_to_success``, None when none succeeded) and how many succeeded."""
+    successful episodes only (``steps_to_success``, None when none succeeded), their median
+    (``steps_to_success_median``: the typical episode, where the mean also carries the few long
+    searches) and how many succeeded."""
     done = [n for n, success in zip(steps, successes, strict=True) if success]
-    return {"steps_to_success": round(float(np.mean(done)), 2) if done else None, "successful_episodes": len(done)}
+    return {"steps_to_success": round(float(np.mean(done)), 2) if done else None,
+            "steps_to_success_median": round(float(np.median(done)), 2) if done else None,
+            "successful_episodes": len(done)}
 
 
 def evaluate(policy: Callable[[dict], np.ndarray], env: FlatObservation, episodes: int, seed: int = 1_000_000,

@@ -115,8 +115,9 @@ def test_evaluation_counts_the_steps_of_its_successful_episodes_only():
     result = evaluate(lambda obs: None, env, 4, seed=5)
     assert result["episode_length"] == 27.5 and result["success_rate"] == 0.5  # every episode
     assert result["steps_to_success"] == 15.0 and result["successful_episodes"] == 2  # the successes alone
+    assert result["steps_to_success_median"] == 15.0
     failed = evaluate(lambda obs: None, ScriptedEpisodes({0: (7, False)}), 1, seed=0)
-    assert failed["steps_to_success"] is None and failed["successful_episodes"] == 0
+    assert failed["steps_to_success"] is failed["steps_to_success_median"] is None and failed["successful_episodes"] == 0
 
 
 def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clone():
@@ -124,20 +125,26 @@ def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clo
         return {"env_steps": env_steps, "episodes": len(lengths), **steps_to_success(lengths, successes)}
 
     demos = steps_to_success([20, 30, 99], [True, True, False])  # a failed take in the store is not counted
-    assert demos == {"steps_to_success": 25.0, "successful_episodes": 2}
+    assert demos == {"steps_to_success": 25.0, "steps_to_success_median": 25.0, "successful_episodes": 2}
     state = RunState(evals=[evaluation(0, [30, 50, 90, 90], [True, True, False, False]),
                             evaluation(100, [25, 90], [True, False]),
-                            evaluation(200, [19, 21, 20], [True, True, True])],
-                     demo_steps_to_success=demos["steps_to_success"], demo_successful_episodes=2, demo_episodes=3)
+                            evaluation(200, [10, 10, 40], [True, True, True])],  # one long search: mean 20, median 10
+                     demo_successful_episodes=2, demo_episodes=3)
+    state.record_demos(149, demos)
     cycle = cycle_time(state)
     assert cycle == {"final_steps_to_success": 20.0, "clone_steps_to_success": 40.0, "demo_steps_to_success": 25.0,
                      "final_vs_demos": 0.8, "final_vs_clone": 0.5, "target_final_vs_demos": 0.7,
+                     "median_steps_to_success": {"final": 10.0, "clone": 40.0, "demos": 25.0}, "final_vs_demos_median": 0.4,
                      "successful_episodes": {"final": 3, "clone": 2, "demos": 2},
                      "episodes": {"final": 3, "clone": 4, "demos": 3}}
+    kept = RunState()
+    kept.record_demos(149, demos)
+    assert RunState.from_json(json.loads(json.dumps(kept.to_json()))).demo_steps_to_success_median == 25.0  # checkpointed
     lines = "\n".join(_cycle_time_lines(cycle))
     assert "## Cycle time (steps to success, successful episodes only)" in lines
-    assert "| demonstrations | 25.00 | 2 of 3 |" in lines and "| final policy | 20.00 | 3 of 3 |" in lines
+    assert "| demonstrations | 25.00 | 25.00 | 2 of 3 |" in lines and "| final policy | 20.00 | 10.00 | 3 of 3 |" in lines
     assert "final vs demonstrations: 0.8x** (target <= 0.7x: not met)" in lines
+    assert "medians, final vs demonstrations: 0.4x" in lines
     # no successful final episode, no step-0 evaluation (a run resumed from before it), no demonstrations: null
     none = cycle_time(RunState(evals=[evaluation(100, [25], [True]), evaluation(200, [90, 90], [False, False])]))
     assert none["final_steps_to_success"] is none["clone_steps_to_success"] is none["demo_steps_to_success"] is None
@@ -145,7 +152,8 @@ def test_cycle_time_sets_the_final_policy_against_the_demonstrations_and_the_clo
     assert none["successful_episodes"] == {"final": 0, "clone": None, "demos": 0}
     assert json.loads(json.dumps(none, allow_nan=False)) == none
     lines = "\n".join(_cycle_time_lines(none))
-    assert "| cloned base (step-0 evaluation) | - | - |" in lines and "(target <= 0.7x: no figure)" in lines
+    assert "| cloned base (step-0 evaluation) | - | - | - |" in lines and "(target <= 0.7x: no figure)" in lines
+    assert none["median_steps_to_success"] == {"final": None, "clone": None, "demos": None}
     assert cycle_time(RunState())["final_steps_to_success"] is None
 
 
@@ -185,11 +193,12 @@ def test_a_resumed_run_states_each_round_and_the_whole_run(tmp_path):
     assert cycle["clone_steps_to_success"] == second["evals"][0]["steps_to_success"]
     assert cycle["episodes"]["demos"] == cycle["successful_episodes"]["demos"] == 1  # the expert's take succeeded
     assert cycle["demo_steps_to_success"] == first["cycle_time"]["demo_steps_to_success"] > 0  # kept by the resume
+    assert cycle["median_steps_to_success"]["demos"] == cycle["demo_steps_to_success"]  # one take: its own median
     from robot_rl.commands.report import write_report
 
     report = write_report(run).read_text()
     assert "## Cycle time (steps to success, successful episodes only)" in report
-    assert f"| demonstrations | {cycle['demo_steps_to_success']:.2f} | 1 of 1 |" in report
+    assert f"| demonstrations | {cycle['demo_steps_to_success']:.2f} | {cycle['demo_steps_to_success']:.2f} | 1 of 1 |" in report
     assert f"training wall time: {second['train_wall_s']} s in 2 round(s)" in report
     assert "| env steps | episodes | success | solved | takeovers | human share |" in report
     assert f"| 0-220 | {block['episodes']} |" in report

@@ -69,14 +69,17 @@ def _cycle_time_lines(cycle: dict | None) -> list[str]:
     verdict = "no figure" if versus is None else "met" if versus <= target else "not met"
     lines = ["", "## Cycle time (steps to success, successful episodes only)", "",
              f"Target: the final policy's steps to success at most {target}x the demonstrations'.", "",
-             "| policy | steps to success | successful episodes |", "|---|---:|---:|"]
+             "| policy | steps to success (mean) | median | successful episodes |", "|---|---:|---:|---:|"]
+    medians = cycle.get("median_steps_to_success") or {}
     for name, figure, count in (("demonstrations", "demo", "demos"), ("cloned base (step-0 evaluation)", "clone", "clone"),
                                 ("final policy", "final", "final")):
         successful, episodes = cycle["successful_episodes"][count], cycle["episodes"][count]
-        lines.append(f"| {name} | {_rate(cycle[f'{figure}_steps_to_success'])} | "
+        lines.append(f"| {name} | {_rate(cycle[f'{figure}_steps_to_success'])} | {_rate(medians.get(count))} | "
                      f"{'-' if episodes is None else f'{successful} of {episodes}'} |")
     lines += ["", f"- **final vs demonstrations: {_times(versus)}** (target <= {target}x: {verdict})",
-              f"- final vs cloned base: {_times(cycle['final_vs_clone'])}"]
+              f"- final vs cloned base: {_times(cycle['final_vs_clone'])}",
+              f"- medians, final vs demonstrations: {_times(cycle.get('final_vs_demos_median'))} (the typical "
+              "episode; a few long searches move the mean, not the median)"]
     return lines
 
 

@@ -447,8 +447,7 @@ def send_demos(cfg: TrainConfig, cell, env: FlatObservation, learner: LearnerCli
         log(f"collected {info['episodes']} scripted demonstrations ({info['steps']} steps)")
     else:
         return  # no demonstrations: no steps to success of theirs
-    cycle = steps_to_success(info["episode_steps"], info["episode_success"])
-    run.record_demos(info["steps"], cycle["steps_to_success"], cycle["successful_episodes"], episodes)
+    run.record_demos(info["steps"], steps_to_success(info["episode_steps"], info["episode_success"]), episodes)
 
 
 def log_episode(run: RunState, episode: dict, logger, step: int) -> None:

@@ -159,6 +159,7 @@ class RunState:
     demo_episodes            the demonstrations' episodes
     demo_steps               ... and their steps (None: not known, e.g. before demonstrations were sent)
     demo_steps_to_success    their mean steps over successful episodes (None: no demonstrations)
+    demo_steps_to_success_median ... and the median (None: no demonstrations, or an older run's state)
     demo_successful_episodes their successful episodes
     success_source           on a Gymnasium env, what said an evaluation episode succeeded (None: the
                              sim's ground truth)
@@ -173,6 +174,7 @@ class RunState:
     demo_episodes: int = 0
     demo_steps: int | None = None
     demo_steps_to_success: float | None = None
+    demo_steps_to_success_median: float | None = None
     demo_successful_episodes: int = 0
     success_source: str | None = None
     rounds: list[Round] = field(default_factory=list)
@@ -253,12 +255,13 @@ class RunState:
         self.evals.append({"env_steps": step, **result})
         self.round.touch()  # the checkpoint after the final evaluation counts its time
 
-    def record_demos(self, steps: int, steps_to_success: float | None, successful_episodes: int,
-                     episodes: int | None = None) -> None:
+    def record_demos(self, steps: int, cycle: dict, episodes: int | None = None) -> None:
+        """The demonstrations' steps and their cycle time (``rollout.steps_to_success``'s figures)."""
         self.demo_steps = steps
         if episodes is not None:
             self.demo_episodes = episodes
-        self.demo_steps_to_success, self.demo_successful_episodes = steps_to_success, successful_episodes
+        self.demo_steps_to_success, self.demo_successful_episodes = cycle["steps_to_success"], cycle["successful_episodes"]
+        self.demo_steps_to_success_median = cycle["steps_to_success_median"]
 
     # ---- figures ---------------------------------------------------------------------------
     def classifier_total(self) -> dict | None:
@@ -306,6 +309,8 @@ class RunState:
                  "rounds": [r.to_json() for r in self.rounds]}
         if self.demo_steps is not None:
             state["demo_steps"] = self.demo_steps
+        if self.demo_steps_to_success_median is not None:  # (a state written before the median has none)
+            state["demo_steps_to_success_median"] = self.demo_steps_to_success_median
         if self.success_source is not None:
             state["success_source"] = self.success_source
         return state
@@ -332,6 +337,7 @@ class RunState:
                        demo_episodes=get("demo_episodes", _count, 0),
                        demo_steps=get("demo_steps", _optional(_count), None),
                        demo_steps_to_success=get("demo_steps_to_success", _optional(_number), None),
+                       demo_steps_to_success_median=get("demo_steps_to_success_median", _optional(_number), None),
                        demo_successful_episodes=get("demo_successful_episodes", _count, 0),
                        success_source=get("success_source", _optional(_text), None),
                        rounds=get("rounds", _rounds, []))
