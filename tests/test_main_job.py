@@ -35,10 +35,10 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     hard = plan(capsys)  # the default task: PegInsertHard, where the clone gets at most half
     assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
     assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
-    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9)" in hard[3]  # PegInsertHard's own main-job settings
+    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, residual penalty 0)" in hard[3]  # PegInsertHard's own main-job settings
     assert "train it (2000 steps)" in hard[1] and "train it (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
     monkeypatch.setattr("robot_rl.commands.main_job.cpu_has_bf16", lambda: True)  # a CPU with bf16 units
-    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, autocast_bf16=true)" in plan(capsys)[3]
+    assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, autocast_bf16=true, residual penalty 0)" in plan(capsys)[3]
     assert "autocast_bf16" not in plan(capsys, "--task", "PickCube")[3]  # a task not measured in bf16
     assert "simulated human (eagerness 0.5)" in hard[3]
     assert "(behaviour cloning on the demonstrations, and their end poses)" in hard[2]  # bc_goal
@@ -59,7 +59,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
     assert len(state) == 6 and not any("encoder" in line for line in state)
     assert "PegInsertHard from state for 15000 env steps" in state[2]  # the task's main_job_steps: 20,000
-    assert "reward (SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9) (expected" in state[2]  # its own settings
+    assert "reward (SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, residual penalty 0) (expected" in state[2]  # its own settings
     assert "simulated human" not in state[2]
     ros = plan(capsys, "--stack", "ros", "--steps", "300")  # through ROS the default task is PickCube
     assert len(ros) == 5 and "train through the ROS 2 stack sim_train (300 env steps" in ros[2]
@@ -111,6 +111,30 @@ def test_the_tasks_own_settings_reach_round_1_and_the_users_extra_arguments_win(
 
     assert round_1_agent(())["discount"] == 0.9
     assert round_1_agent(("--agent", "discount=0.97"))["discount"] == 0.97
+
+
+def test_the_tasks_residual_penalty_reaches_round_1_and_the_users_wins(tmp_path):
+    """PegInsertHard trains without the pull toward its cloned base (`--residual-penalty 0`, its own
+    main-job option); PickCube keeps train's default; a lab's `-- --residual-penalty 0.1` is parsed
+    last by `robot-rl train`, so it wins."""
+    import argparse
+
+    from robot_rl.commands import main_job
+    from robot_rl.config import TrainConfig
+    from robot_rl.config_cli import add_config_options, config_overrides
+
+    parser = argparse.ArgumentParser()
+    add_config_options(parser, TrainConfig)
+
+    def round_1_penalty(name: str, **settings) -> float | None:
+        job, calls = recording_job(tmp_path / name, **settings)
+        main_job.train_round_1(job)
+        (args,) = calls
+        return config_overrides(parser.parse_args(list(args[1:])), TrainConfig).get("residual_penalty")
+
+    assert round_1_penalty("hard") == 0.0
+    assert round_1_penalty("lab", train_args=("--residual-penalty", "0.1")) == 0.1
+    assert round_1_penalty("pick", task="PickCube") is None  # train's default, 0.1
 
 
 @pytest.mark.parametrize("args, says", [
@@ -354,6 +378,7 @@ def test_every_tasks_main_job_settings_are_ones_the_commands_take():
     for name, task in TASKS.items():
         assert task.main_job_encoder in OBJECTIVES and task.main_job_encoder in ("bc", "bc_goal"), name
         assert task.main_job_utd > 0, name  # what `robot-rl train --utd` takes
+        assert task.main_job_residual_penalty is None or task.main_job_residual_penalty >= 0, name
         for setting in task.main_job_agent:
             key, _, value = setting.partition("=")
             assert key in settings and value, (name, setting)

@@ -114,6 +114,12 @@ class MainJob(StageRunner):
         return list(self.task.main_job_agent) + (["autocast_bf16=true"] if self.bf16 else [])
 
     @property
+    def own_train_args(self) -> list[str]:
+        """The task's own ``robot-rl train`` options beyond its agent settings, where measured to pay."""
+        penalty = self.task.main_job_residual_penalty
+        return [] if penalty is None else ["--residual-penalty", f"{penalty:g}"]
+
+    @property
     def classifier_cameras(self) -> tuple[str, ...]:
         return tuple(self.task.classifier_cameras)
 
@@ -229,7 +235,7 @@ def train_round_1(job: MainJob) -> None:
                  "--reward-classifier", job.path("classifier"), "--simulated-human", f"{cfg.eagerness:g}",
                  "--intervention-bc-steps", "1" if job.task.clone_corrections else "0",
                  *[word for setting in recipe + job.own_settings for word in ("--agent", setting)],
-                 "--utd", f"{job.task.main_job_utd:g}", "--steps", str(job.round1),
+                 "--utd", f"{job.task.main_job_utd:g}", *job.own_train_args, "--steps", str(job.round1),
                  "--eval-episodes", str(cfg.eval_episodes), "--eval-every", str(cfg.eval_every),
                  "--final-eval-episodes", str(cfg.eval_episodes), "--run-dir", str(job.run), *cfg.train_args)
 
@@ -374,7 +380,8 @@ def stages_of(job: MainJob) -> list[Stage]:
     # side by side, one on each core (measured: docs/CALIBRATION.md)
     beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
-    recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.own_settings)
+    recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.own_settings) + (
+        "" if job.task.main_job_residual_penalty is None else f", residual penalty {job.task.main_job_residual_penalty:g}")
     stages = [
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
