@@ -6,17 +6,18 @@ as the stage table (docs/training.md, "The main job"); each stage is a function 
 that runs ``robot-rl`` commands (each printed as it starts, so a lab can run the same on its
 cell) and writes its outputs into the run folder:
 
-1. ``record_demos``: 20 demonstrations with images (an SO-101 trained through ``so101_sim``
-   records them through that stack) -> ``demos.zarr``.
-2. ``train_success_classifier``: its data first, 20 successful takes, each then carrying the
-   object about and up through the workspace (half of them letting go of it), and 20 failed
-   takes, each then moving the arm about without it (``classifier_successes.zarr``,
-   ``classifier_failures.zarr``); then the classifier, calibrated for 1 % false positives on
-   held-out episodes, the reward firing on 2 positive frames in a row -> ``classifier/``.
+1. ``record_demos_and_takes``: 20 demonstrations with images (an SO-101 trained through
+   ``so101_sim`` records them through that stack) -> ``demos.zarr``; then the classifier's data,
+   20 successful takes, each then carrying the object about and up through the workspace (half of
+   them letting go of it), and 20 failed takes, each then moving the arm about without it
+   (``classifier_successes.zarr``, ``classifier_failures.zarr``).
+2. ``train_success_classifier``: the classifier on its takes, calibrated for 1 % false positives
+   on held-out episodes, the reward firing on 2 positive frames in a row -> ``classifier/``.
 3. ``pretrain_image_encoder`` (pixels only): the frozen backbone, behaviour cloning on the
-   demonstrations, on a hard task also their end poses (one fixed objective per task, the same
-   encoder on any machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run
-   side by side, one on each core (one torch thread each).
+   demonstrations, on a hard task also their end poses, and where the task says so on the
+   classifier's successful takes too (one fixed objective per task, the same encoder on any
+   machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run side by side,
+   one on each core (one torch thread each).
 4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
    sim's ground truth, and the simulated human, whose takeovers are flagged and learned from (in
    bf16 where the task says so and the CPU has bf16 units) -> checkpoints in the run folder.
@@ -135,6 +136,18 @@ class MainJob(StageRunner):
 
 
 # ------------------------------------------------------------------ stage 1: the demonstrations
+def record_demos_and_takes(job: MainJob) -> None:
+    """The demonstrations, then the classifier's takes (the encoder may read both)."""
+    record_demos(job)
+    record_classifier_takes(job)
+
+
+def verify_demos_and_takes(job: MainJob) -> None:
+    verify_demos(job)
+    for name in ("classifier_successes.zarr", "classifier_failures.zarr"):
+        verify_store(job, name, job.cfg.takes)
+
+
 def record_demos(job: MainJob) -> None:
     """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras, at --image-size).
     On the plain twin, whatever contact the job's train arguments ask of the twin it trains on:
@@ -183,8 +196,7 @@ def verify_demos(job: MainJob) -> None:
 
 # ------------------------------------------------------------------ stage 2: the reward
 def train_success_classifier(job: MainJob) -> None:
-    """In: the task. Out: the classifier's takes, and classifier/ (weights, calibration, report.json)."""
-    record_classifier_takes(job)
+    """In: the classifier's takes. Out: classifier/ (weights, calibration, report.json)."""
     job.robot_rl("classifier", "train", "--data", job.path("classifier_successes.zarr"),
                  "--data", job.path("classifier_failures.zarr"), "--steps", str(job.cfg.classifier_steps),
                  "--consecutive", "2", "--target-fpr", str(TARGET_FPR), "--out", job.path("classifier"))
@@ -196,20 +208,16 @@ def verify_classifier(job: MainJob, name: str = "classifier") -> None:
     _verified(job, name, lambda: load_classifier(job.path(name)))
 
 
-def verify_takes_and_classifier(job: MainJob) -> None:
-    for name in ("classifier_successes.zarr", "classifier_failures.zarr"):
-        verify_store(job, name, job.cfg.takes)
-    verify_classifier(job)
-
-
 # ------------------------------------------------------------------ stage 3: the image encoder
 def pretrain_image_encoder(job: MainJob) -> None:
-    """In: demos.zarr. Out: encoder/ (the frozen backbone the pixel policy's features come from)."""
+    """In: demos.zarr (and, where the task says, the classifier's successful takes). Out: encoder/
+    (the frozen backbone the pixel policy's features come from)."""
     # one fixed objective per task, the same choice on any machine: behaviour cloning (the backbone
     # of the pixel runs that reached 0.94-0.98), with the take's end pose as a second target where
     # the task says so (docs/CALIBRATION.md); a probe's ranking of near-equal held-out losses
     # flipped between machines and does not predict the policy's success
-    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", job.task.main_job_encoder,
+    takes = ["--data", job.path("classifier_successes.zarr")] if job.task.main_job_encoder_takes else []
+    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), *takes, "--objective", job.task.main_job_encoder,
                  "--steps", str(job.cfg.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
 
 
@@ -386,14 +394,15 @@ def stages_of(job: MainJob) -> list[Stage]:
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
                                   f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size}" +
-                                  (", scenes spread over the task's variation)" if j.demo_layouts == "spread" else ")"),
-              lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
-              verify_demos, ("demos.zarr", "demos_stack")),
-        Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
-                                      f"train it ({cfg.classifier_steps} steps) and calibrate it for 1% false positives",
-              lambda j: about_minutes(45 + cfg.classifier_steps * (0.05 if beside else 0.035)),
-              train_success_classifier, verify_takes_and_classifier,
-              ("classifier_successes.zarr", "classifier_failures.zarr", "classifier"), side_by_side=beside),
+                                  (", scenes spread over the task's variation)" if j.demo_layouts == "spread" else ")") +
+                                  f", and the success classifier's {2 * cfg.takes} takes",
+              lambda j: "about 3 min" if j.demos_through_the_stack else "about 1 min", record_demos_and_takes,
+              verify_demos_and_takes, ("demos.zarr", "demos_stack", "classifier_successes.zarr",
+                                       "classifier_failures.zarr")),
+        Stage("classifier", lambda j: f"train the success classifier ({cfg.classifier_steps} steps) and calibrate it "
+                                      "for 1% false positives",
+              lambda j: about_minutes(cfg.classifier_steps * (0.05 if beside else 0.035)),
+              train_success_classifier, verify_classifier, ("classifier",), side_by_side=beside),
     ]
     if cfg.stack == "ros":
         return stages + [
@@ -415,8 +424,10 @@ def stages_of(job: MainJob) -> list[Stage]:
         ]
     if cfg.observation == "pixels":
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
-                                                 "demonstrations" + (", and their end poses" if j.task.main_job_encoder
-                                                                     == "bc_goal" else "") + ")",
+                                                 "demonstrations" + (" and the classifier's successful takes"
+                                                                     if j.task.main_job_encoder_takes else "") +
+                                                 (", and their end poses" if j.task.main_job_encoder == "bc_goal"
+                                                  else "") + ")",
                             lambda j: about_minutes(10 + cfg.encoder_steps * 0.17), pretrain_image_encoder,
                             verify_encoder, ("encoder",), side_by_side=True))
     ms = STEP_MS[cfg.observation] * max(job.task.main_job_utd, 1.0) / 2  # the learner sets the pace
