@@ -36,9 +36,7 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert [line.split(":")[0] for line in hard] == [f"stage {k} of 7" for k in range(1, 8)]
     assert "train round 1: PegInsertHard from pixels for 15000 env steps" in hard[3]  # of its 20,000
     assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, residual penalty 0)" in hard[3]  # PegInsertHard's own main-job settings
-    assert "the success classifier's 40 takes" in hard[0]  # recorded with the demonstrations
-    assert "train the success classifier (2000 steps)" in hard[1]
-    assert "classifier (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
+    assert "train it (2000 steps)" in hard[1] and "train it (300 steps)" in plan(capsys, "--classifier-steps", "300")[1]
     monkeypatch.setattr("robot_rl.commands.main_job.cpu_has_bf16", lambda: True)  # a CPU with bf16 units
     assert "(SAC/RLPD, UTD 1, feature_augment_pad=0, discount=0.9, autocast_bf16=true, residual penalty 0)" in plan(capsys)[3]
     assert "autocast_bf16" not in plan(capsys, "--task", "PickCube")[3]  # a task not measured in bf16
@@ -57,6 +55,8 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "reward (SAC/RLPD, UTD 1, discount=0.9, autocast_bf16=true) and a simulated human" in clutter[3]  # its own
     assert "and their end poses" in clutter[2]
     assert "demonstrations and the classifier's successful takes" in clutter[2]  # more scenes of where the cube lies
+    assert "and the success classifier's 40 takes" in clutter[0]  # recorded first: the encoder reads them
+    assert "train the success classifier (2000 steps)" in clutter[1]
     assert "successful takes" not in hard[2]
     assert "its corrections cloned into the base" in clutter[3]  # PickCubeHard's: they widen its base
     assert "cloned" not in hard[3]  # PegInsertHard's stay in the demo buffer (cloned, they ruin its base)
@@ -109,6 +109,13 @@ def test_the_encoder_reads_the_classifiers_successful_takes_where_the_task_says(
 
     for task, takes in (("PickCubeHard", True), ("PegInsertHard", False)):
         job, calls = recording_job(tmp_path / task, task=task)
+        main_job.record_demos_and_takes(job)  # the takes in stage 1 where the encoder reads them
+        assert [args[args.index("--out") + 1] for args in calls] == [job.path("demos.zarr")] + [
+            job.path(name) for name in main_job.TAKES] * takes
+        outputs = {stage.name: stage.outputs for stage in job.stages}
+        assert ("classifier_successes.zarr" in outputs["record"]) == takes
+        assert ("classifier_successes.zarr" in outputs["classifier"]) != takes
+        calls.clear()
         main_job.pretrain_image_encoder(job)
         (args,) = calls
         data = [args[i + 1] for i, word in enumerate(args) if word == "--data"]
@@ -234,13 +241,13 @@ def test_side_by_side_stages_may_have_finished_in_either_order(tmp_path, monkeyp
     from robot_rl.commands import main_job, main_job_start
 
     verified = []
-    for name in ("verify_demos_and_takes", "verify_encoder"):
+    for name in ("verify_demos", "verify_encoder"):
         monkeypatch.setattr(main_job, name, lambda job, name=name: verified.append(name))
     run = a_main_job_folder(tmp_path, stages={n: {"wall_s": 1} for n in ("record", "encoder")})
     lines = []
     job = main_job_start.resume(run, log=lines.append)
     assert lines == [f"resuming {run}: stages 1, 3 finished and verified; going on from stage 2 of 7"]
-    assert verified == ["verify_demos_and_takes", "verify_encoder"]
+    assert verified == ["verify_demos", "verify_encoder"]
     assert [[stage.name for _, stage in group] for group in job.groups()] == [
         ["record"], ["classifier", "encoder"], ["round1"], ["check"], ["round2"], ["report"]]
 
