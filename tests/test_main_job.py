@@ -54,6 +54,10 @@ def test_the_plan_lists_each_configs_stages_and_writes_nothing(tmp_path, capsys,
     assert "train round 1: PickCubeHard from pixels for 15000 env steps" in clutter[3]
     assert "reward (SAC/RLPD, UTD 1, discount=0.9, autocast_bf16=true) and a simulated human" in clutter[3]  # its own
     assert "and their end poses" in clutter[2]
+    assert "demonstrations and the classifier's successful takes" in clutter[2]  # more scenes of where the cube lies
+    assert "and the success classifier's 40 takes" in clutter[0]  # recorded first: the encoder reads them
+    assert "train the success classifier (2000 steps)" in clutter[1]
+    assert "successful takes" not in hard[2]
     assert "its corrections cloned into the base" in clutter[3]  # PickCubeHard's: they widen its base
     assert "cloned" not in hard[3]  # PegInsertHard's stay in the demo buffer (cloned, they ruin its base)
     state = plan(capsys, "--task", "PegInsertHard", "--obs", "state", "--human", "0")
@@ -95,6 +99,27 @@ def test_the_image_size_reaches_every_command_that_renders_or_reads_frames(tmp_p
     main_job._rollouts(job, "rollouts.zarr", 1)
     assert [args[:2] for args in calls] == [("record", "--task")] * 3 + [("train", "--task"), ("record", "--task")]
     assert all(args[args.index("--image-size") + 1] == "96" for args in calls)
+
+
+def test_the_encoder_reads_the_classifiers_successful_takes_where_the_task_says(tmp_path):
+    """PickCubeHard's encoder learns where the cube lies from the demonstrations and the
+    classifier's successful takes (recorded before it, in stage 1); PegInsertHard's from the
+    demonstrations alone."""
+    from robot_rl.commands import main_job
+
+    for task, takes in (("PickCubeHard", True), ("PegInsertHard", False)):
+        job, calls = recording_job(tmp_path / task, task=task)
+        main_job.record_demos_and_takes(job)  # the takes in stage 1 where the encoder reads them
+        assert [args[args.index("--out") + 1] for args in calls] == [job.path("demos.zarr")] + [
+            job.path(name) for name in main_job.TAKES] * takes
+        outputs = {stage.name: stage.outputs for stage in job.stages}
+        assert ("classifier_successes.zarr" in outputs["record"]) == takes
+        assert ("classifier_successes.zarr" in outputs["classifier"]) != takes
+        calls.clear()
+        main_job.pretrain_image_encoder(job)
+        (args,) = calls
+        data = [args[i + 1] for i, word in enumerate(args) if word == "--data"]
+        assert data == [job.path("demos.zarr")] + [job.path("classifier_successes.zarr")] * takes
 
 
 def test_the_tasks_own_settings_reach_round_1_and_the_users_extra_arguments_win(tmp_path):

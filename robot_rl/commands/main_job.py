@@ -6,17 +6,19 @@ as the stage table (docs/training.md, "The main job"); each stage is a function 
 that runs ``robot-rl`` commands (each printed as it starts, so a lab can run the same on its
 cell) and writes its outputs into the run folder:
 
-1. ``record_demos``: 20 demonstrations with images (an SO-101 trained through ``so101_sim``
-   records them through that stack) -> ``demos.zarr``.
+1. ``record_demos_and_takes``: 20 demonstrations with images (an SO-101 trained through
+   ``so101_sim`` records them through that stack) -> ``demos.zarr``; where the encoder reads
+   them (PickCubeHard), the classifier's takes too (stage 2 records them otherwise).
 2. ``train_success_classifier``: its data first, 20 successful takes, each then carrying the
    object about and up through the workspace (half of them letting go of it), and 20 failed
    takes, each then moving the arm about without it (``classifier_successes.zarr``,
    ``classifier_failures.zarr``); then the classifier, calibrated for 1 % false positives on
    held-out episodes, the reward firing on 2 positive frames in a row -> ``classifier/``.
 3. ``pretrain_image_encoder`` (pixels only): the frozen backbone, behaviour cloning on the
-   demonstrations, on a hard task also their end poses (one fixed objective per task, the same
-   encoder on any machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run
-   side by side, one on each core (one torch thread each).
+   demonstrations, on a hard task also their end poses, and where the task says so on the
+   classifier's successful takes too (one fixed objective per task, the same encoder on any
+   machine) -> ``encoder/``. Stages 2 and 3 need nothing from each other: they run side by side,
+   one on each core (one torch thread each).
 4. ``train_round_1``: SAC/RLPD for 3/4 of the env steps with the classifier's reward, never the
    sim's ground truth, and the simulated human, whose takeovers are flagged and learned from (in
    bf16 where the task says so and the CPU has bf16 units) -> checkpoints in the run folder.
@@ -56,6 +58,7 @@ from robot_rl.runtime.device import cpu_has_bf16
 
 POLICY_CAMERAS = ("front", "wrist")  # what the pixel policy reads, as on a real cell
 TARGET_FPR = 0.01  # the classifier's calibration target (classifier train's --target-fpr default)
+TAKES = ("classifier_successes.zarr", "classifier_failures.zarr")  # the classifier's takes
 SEEDS = {"demos": 10000, "successes": 100, "failures": 200, "rollouts_round1": 300, "rollouts_final": 400}
 STEP_MS = {"state": 70, "pixels": 70}  # a training env step with its updates (UTD 2) and evaluations, 2 CPU cores
 
@@ -84,6 +87,11 @@ class MainJob(StageRunner):
         # bf16 where the task's pixel job was measured so and the CPU has bf16 units (decided once)
         self.bf16 = self.task.main_job_bf16 and cfg.stack == "sim" and cfg.observation == "pixels" and cpu_has_bf16()
         self.stages = stages_of(self)
+
+    @property
+    def encoder_reads_takes(self) -> bool:
+        """The pixel job's encoder pretrains on the classifier's successful takes too (the task says)."""
+        return self.task.main_job_encoder_takes and self.cfg.observation == "pixels" and self.cfg.stack != "ros"
 
     @property
     def demos_through_the_stack(self) -> bool:
@@ -135,6 +143,25 @@ class MainJob(StageRunner):
 
 
 # ------------------------------------------------------------------ stage 1: the demonstrations
+def record_demos_and_takes(job: MainJob) -> None:
+    """The demonstrations, and where the encoder reads them the classifier's takes (stage 3 needs
+    them then; else stage 2 records them, beside the encoder's pretraining)."""
+    record_demos(job)
+    if job.encoder_reads_takes:
+        record_classifier_takes(job)
+
+
+def verify_demos_and_takes(job: MainJob) -> None:
+    verify_demos(job)
+    if job.encoder_reads_takes:
+        verify_takes(job)
+
+
+def verify_takes(job: MainJob) -> None:
+    for name in TAKES:
+        verify_store(job, name, job.cfg.takes)
+
+
 def record_demos(job: MainJob) -> None:
     """In: the task and its scripted expert. Out: demos.zarr (the policy's cameras, at --image-size).
     On the plain twin, whatever contact the job's train arguments ask of the twin it trains on:
@@ -183,11 +210,19 @@ def verify_demos(job: MainJob) -> None:
 
 # ------------------------------------------------------------------ stage 2: the reward
 def train_success_classifier(job: MainJob) -> None:
-    """In: the task. Out: the classifier's takes, and classifier/ (weights, calibration, report.json)."""
-    record_classifier_takes(job)
+    """In: the task (and the classifier's takes where stage 1 recorded them). Out: the takes, and
+    classifier/ (weights, calibration, report.json)."""
+    if not job.encoder_reads_takes:
+        record_classifier_takes(job)
     job.robot_rl("classifier", "train", "--data", job.path("classifier_successes.zarr"),
                  "--data", job.path("classifier_failures.zarr"), "--steps", str(job.cfg.classifier_steps),
                  "--consecutive", "2", "--target-fpr", str(TARGET_FPR), "--out", job.path("classifier"))
+
+
+def verify_takes_and_classifier(job: MainJob) -> None:
+    if not job.encoder_reads_takes:
+        verify_takes(job)
+    verify_classifier(job)
 
 
 def verify_classifier(job: MainJob, name: str = "classifier") -> None:
@@ -196,20 +231,16 @@ def verify_classifier(job: MainJob, name: str = "classifier") -> None:
     _verified(job, name, lambda: load_classifier(job.path(name)))
 
 
-def verify_takes_and_classifier(job: MainJob) -> None:
-    for name in ("classifier_successes.zarr", "classifier_failures.zarr"):
-        verify_store(job, name, job.cfg.takes)
-    verify_classifier(job)
-
-
 # ------------------------------------------------------------------ stage 3: the image encoder
 def pretrain_image_encoder(job: MainJob) -> None:
-    """In: demos.zarr. Out: encoder/ (the frozen backbone the pixel policy's features come from)."""
+    """In: demos.zarr (and, where the task says, the classifier's successful takes). Out: encoder/
+    (the frozen backbone the pixel policy's features come from)."""
     # one fixed objective per task, the same choice on any machine: behaviour cloning (the backbone
     # of the pixel runs that reached 0.94-0.98), with the take's end pose as a second target where
     # the task says so (docs/CALIBRATION.md); a probe's ranking of near-equal held-out losses
     # flipped between machines and does not predict the policy's success
-    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), "--objective", job.task.main_job_encoder,
+    takes = ["--data", job.path("classifier_successes.zarr")] if job.encoder_reads_takes else []
+    job.robot_rl("encoder", "pretrain", "--data", job.path("demos.zarr"), *takes, "--objective", job.task.main_job_encoder,
                  "--steps", str(job.cfg.encoder_steps), "--probe-steps", "500", "--out", job.path("encoder"))
 
 
@@ -379,6 +410,7 @@ def stages_of(job: MainJob) -> list[Stage]:
     # the encoder's pretraining needs the demonstrations alone, the classifier nothing of the policy's:
     # side by side, one on each core (measured: docs/CALIBRATION.md)
     beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
+    takes_first = job.encoder_reads_takes  # stage 3 reads the classifier's takes: stage 1 records them
     cfg, human = job.cfg, (f" and a simulated human (eagerness {job.cfg.eagerness:g}{cloned})" if job.cfg.eagerness else "")
     recipe = f", UTD {job.task.main_job_utd:g}" + "".join(f", {setting}" for setting in job.own_settings) + (
         "" if job.task.main_job_residual_penalty is None else f", residual penalty {job.task.main_job_residual_penalty:g}")
@@ -386,14 +418,18 @@ def stages_of(job: MainJob) -> list[Stage]:
         Stage("record", lambda j: f"record {cfg.demos} demonstrations" + (
                                       f" through {j.ros_stack}" if j.demos_through_the_stack else "") +
                                   f" (scripted expert, cameras at {cfg.image_size}x{cfg.image_size}" +
-                                  (", scenes spread over the task's variation)" if j.demo_layouts == "spread" else ")"),
-              lambda j: "about 2 min" if j.demos_through_the_stack else "under 1 min", record_demos,
-              verify_demos, ("demos.zarr", "demos_stack")),
-        Stage("classifier", lambda j: f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
-                                      f"train it ({cfg.classifier_steps} steps) and calibrate it for 1% false positives",
-              lambda j: about_minutes(45 + cfg.classifier_steps * (0.05 if beside else 0.035)),
+                                  (", scenes spread over the task's variation)" if j.demo_layouts == "spread" else ")") +
+                                  (f", and the success classifier's {2 * cfg.takes} takes" if takes_first else ""),
+              lambda j: ("about 2 min" if j.demos_through_the_stack else "under 1 min" if not takes_first
+                         else "about 1 min"), record_demos_and_takes, verify_demos_and_takes,
+              ("demos.zarr", "demos_stack") + (TAKES if takes_first else ())),
+        Stage("classifier", lambda j: ("train the success classifier" if takes_first else
+                                       f"record the success classifier's {2 * cfg.takes} takes (scripted expert), "
+                                       "train it") + f" ({cfg.classifier_steps} steps) and calibrate it for 1% false "
+                                                     "positives",
+              lambda j: about_minutes((0 if takes_first else 45) + cfg.classifier_steps * (0.05 if beside else 0.035)),
               train_success_classifier, verify_takes_and_classifier,
-              ("classifier_successes.zarr", "classifier_failures.zarr", "classifier"), side_by_side=beside),
+              (() if takes_first else TAKES) + ("classifier",), side_by_side=beside),
     ]
     if cfg.stack == "ros":
         return stages + [
@@ -415,8 +451,10 @@ def stages_of(job: MainJob) -> list[Stage]:
         ]
     if cfg.observation == "pixels":
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
-                                                 "demonstrations" + (", and their end poses" if j.task.main_job_encoder
-                                                                     == "bc_goal" else "") + ")",
+                                                 "demonstrations" + (" and the classifier's successful takes"
+                                                                     if j.task.main_job_encoder_takes else "") +
+                                                 (", and their end poses" if j.task.main_job_encoder == "bc_goal"
+                                                  else "") + ")",
                             lambda j: about_minutes(10 + cfg.encoder_steps * 0.17), pretrain_image_encoder,
                             verify_encoder, ("encoder",), side_by_side=True))
     ms = STEP_MS[cfg.observation] * max(job.task.main_job_utd, 1.0) / 2  # the learner sets the pace
