@@ -407,7 +407,7 @@ def verify_report(job: MainJob) -> None:
 def stages_of(job: MainJob) -> list[Stage]:
     """The job's stages in order: the table of the module's doc."""
     cloned = ", its corrections cloned into the base" if job.task.clone_corrections else ""
-    # the encoder's pretraining needs the demonstrations alone, the classifier nothing of the policy's:
+    # the encoder's pretraining needs stage 1's stores alone, the classifier nothing of the policy's:
     # side by side, one on each core (measured: docs/CALIBRATION.md)
     beside = job.cfg.stack != "ros" and job.cfg.observation == "pixels"
     takes_first = job.encoder_reads_takes  # stage 3 reads the classifier's takes: stage 1 records them
@@ -452,7 +452,7 @@ def stages_of(job: MainJob) -> list[Stage]:
     if cfg.observation == "pixels":
         stages.append(Stage("encoder", lambda j: "pretrain the frozen image encoder (behaviour cloning on the "
                                                  "demonstrations" + (" and the classifier's successful takes"
-                                                                     if j.task.main_job_encoder_takes else "") +
+                                                                     if j.encoder_reads_takes else "") +
                                                  (", and their end poses" if j.task.main_job_encoder == "bc_goal"
                                                   else "") + ")",
                             lambda j: about_minutes(10 + cfg.encoder_steps * 0.17), pretrain_image_encoder,
