@@ -186,13 +186,13 @@ class PickCubeHard(PickCube):
     # into the base they widen it (finals 0.98 / 0.94 / 0.96 against 0.88 / 0.90 / 0.76 without)
     clone_corrections = True
     main_job_encoder = "bc_goal"  # a 3 cm cube, two pixels from the front camera at 64x64: where the take ends teaches where it is
+    # (the front camera framed on the region, the cube 7 pixels, left the searches and the human's
+    # share as they were: docs/CALIBRATION.md, "PickCubeHard with its front camera framed")
     # the encoder also learns from the classifier's 20 successful takes: 40 scenes of where the red
     # cube lies instead of 20; the human 6.25 / 4.25 / 1.7 % of the last 2,000 steps against 9.4 /
     # 6.6 / 4.25 % on the same seeds, finals 0.98 / 1.00 / 0.98 (float32; docs/CALIBRATION.md,
     # "PickCubeHard's encoder on the classifier's successful takes too")
     main_job_encoder_takes = True
-    # (the front camera framed on the region, the cube 7 pixels, left the searches and the human's
-    # share as they were: docs/CALIBRATION.md, "PickCubeHard with its front camera framed")
     # the residual penalty stays train's 0.1: this clone is a fair guide (0.50-0.55, 19-25 steps), and
     # without the penalty seeds 0 / 1 climbed later, the human 6.2 / 8.45 % against 9.4 % for seed 0 with
     # it, 1.07x / 0.92x against 0.97x (float32; docs/CALIBRATION.md, "PickCubeHard without the pull
