@@ -151,7 +151,7 @@ class FrankaArm:
         self.reads = 0  # robot states read
         self.faults: list[Fault] = []
         self.counts = {"commands": 0, "commands_failed": 0, "faults": 0, "recoveries": 0, "reconnects": 0,
-                       "gripper_commands": 0, "tracking_misses": 0}
+                       "gripper_commands": 0, "tracking_misses": 0, "reset_retries": 0}
         self._target: np.ndarray | None = None  # the TCP position the commanded deltas add up to
         self._target_time = -np.inf  # robot time of the last command (a stale target is dropped)
         self._missed_periods = 0
@@ -200,6 +200,8 @@ class FrankaArm:
         while not self._closed:
             try:
                 with self._lock:
+                    if self._closed:
+                        break
                     if kind == "connection":
                         self.robot, self.gripper = _connect(self.settings)
                         self._configure()
@@ -386,13 +388,30 @@ class FrankaArm:
                 self.gripper.open(self.settings.gripper_speed)
                 self._gripper_target = self._gripper_wanted = GripperCommand.OPEN
                 self._gripper_future = None
-            self.robot.move(franky.JointMotion(self.home_joints.tolist()))
+            self._reset_move(lambda: franky.JointMotion(self.home_joints.tolist()))
             q = np.asarray(quat, np.float64)
             target = franky.Affine(np.asarray(position, np.float64), np.array([q[1], q[2], q[3], q[0]]))
-            self.robot.move(franky.CartesianMotion(target))
+            self._reset_move(lambda: franky.CartesianMotion(target))
             self._read_at_rest()
             self._target = None  # the next command's target starts where the TCP came to rest
         return self._state
+
+    def _reset_move(self, motion: Callable) -> None:
+        """One of reset's motions (``motion()`` makes it). franky's planner can fail to plan from a
+        state still settling after the previous motion ("Motion planner failed with error code
+        -111", seen with the 2 cores oversubscribed): the arm is read at rest and the motion tried
+        once more; a second failure is the error."""
+        try:
+            self.robot.move(motion())
+        except RuntimeError as e:
+            if "Motion planner failed" not in str(e):
+                raise
+            log.warning("franka reset: %s; moving again from rest", e)
+            self.counts["reset_retries"] += 1
+            if self.robot.has_errors:
+                self.robot.recover_from_errors()
+            self._read_at_rest()
+            self.robot.move(motion())
 
     def _read_at_rest(self, speed_m_s: float = 0.002, max_reads: int = 1000) -> None:
         """Read until the TCP has come to rest (impedance tracking lags the motion generator);
@@ -421,11 +440,27 @@ class FrankaArm:
     _closed = False
 
     def close(self) -> None:
+        """Stop the robot and let go of its connection. The robot takes one client at a time, so
+        the next one (a restarted node, the next test) can connect even while this object lives on
+        (a failed test's traceback keeps it); any later use of this arm is one clear error."""
         self._closed = True
-        try:
-            self.robot.stop()
-        except Exception:  # noqa: BLE001 - closing a lost connection
-            pass
+        with self._lock:  # a reconnection under way finishes first, and is let go below
+            try:
+                self.robot.stop()
+            except Exception:  # noqa: BLE001 - closing a lost connection
+                pass
+            closed = _ClosedConnection(self.settings.robot_ip)
+            self.robot, self.gripper, self._gripper_future = closed, closed, None
+
+
+class _ClosedConnection:
+    """The robot and gripper of a closed arm: whatever is asked of them is one FrankaConnectionError."""
+
+    def __init__(self, robot_ip: str):
+        self.robot_ip = robot_ip
+
+    def __getattr__(self, name: str):
+        raise FrankaConnectionError(f"the Franka arm at robot_ip {self.robot_ip!r} was closed")
 
 
 def _is_connection_error(err: BaseException) -> bool:

@@ -46,9 +46,11 @@ def server(franky_sim_turn):
 def arm(server):
     arm = FrankaArm(FrankaSettings(server.host, realtime_kernel=False, connect_timeout_s=LIVE), BOX, HOME_JOINTS,
                     start_pose, LIMITS)
-    arm.reset()
-    yield arm
-    arm.close()
+    try:  # closed also when its reset fails: the simulated robot takes one client at a time
+        arm.reset()
+        yield arm
+    finally:
+        arm.close()
 
 
 def wait_periods(arm: FrankaArm, n: float = 1.0) -> np.ndarray:
@@ -99,9 +101,13 @@ def test_commands_move_the_tcp_by_the_commanded_step_each_period(arm, direction)
         arm.apply(np.zeros(7))
         positions.append(tcp(wait_periods(arm)))
     start = positions[0]
-    assert np.dot(positions[1] - start, commanded) > 0  # the first period already moves the right way
-    for k in range(2, 6):  # after the first period (acceleration) at most one step behind the target
-        assert np.linalg.norm(positions[k] - (start + k * commanded)) <= np.linalg.norm(commanded), k
+    # The first period already moves the right way. On a loaded machine the first motion's start
+    # (libfranka's Move handshake with a simulator that keeps its own clock) can miss one of the
+    # robot's periods (1 run in 40 with three busy processes on the 2 cores), never two
+    started = 1 if np.dot(positions[1] - start, commanded) > 0 else 2
+    assert np.dot(positions[started] - start, commanded) > 0, positions
+    for k in range(started + 1, 6):  # after the acceleration at most one step behind the target
+        assert np.linalg.norm(positions[k] - (start + k * commanded)) <= np.linalg.norm(commanded), (k, positions)
     assert np.linalg.norm(positions[-1] - (start + 5 * commanded)) <= 0.002
 
 
@@ -130,8 +136,6 @@ def test_the_tcp_goes_where_the_displacements_add_up_to_a_square_corner_within_2
     """The contract's action is a displacement of the TCP target (as on the twin), not a velocity
     held for a period: against velocity alone (tracking_gain 0, the ramp-ups lost on every leg),
     measured in the same test on the same simulated arm."""
-    import gc
-
     def square_corners(gain: float) -> tuple[list[float], int]:
         settings = FrankaSettings(server.host, realtime_kernel=False, tracking_gain=gain, connect_timeout_s=LIVE)
         arm = FrankaArm(settings, BOX, HOME_JOINTS, lambda rng: (np.array([0.4, -0.05, 0.3]), DOWN.copy()), LIMITS)
@@ -144,10 +148,56 @@ def test_the_tcp_goes_where_the_displacements_add_up_to_a_square_corner_within_2
     corners, misses = {}, {}
     for gain in (0.7, 0.0):
         corners[gain], misses[gain] = square_corners(gain)
-        gc.collect()  # the connection goes with its arm: the simulated robot takes one client at a time
     assert max(corners[0.7]) <= 0.002, corners
     assert misses[0.7] >= 1  # at full speed the TCP lags its target on the legs: counted for arm/status
     assert max(corners[0.0]) > 0.005, corners  # what the velocity interface alone did
+
+
+def test_a_closed_arm_lets_go_of_the_robot_for_the_next_client(server):
+    """The robot takes one client at a time: a closed arm frees it even while the object lives on
+    (a failed test's traceback, a node that keeps its backend), and using it afterwards is one
+    clear error. Before, every later connection timed out until the object was collected."""
+    settings = FrankaSettings(server.host, realtime_kernel=False, connect_timeout_s=LIVE)
+    first = FrankaArm(settings, BOX, HOME_JOINTS, start_pose, LIMITS)
+    first.reset()
+    first.close()
+    second = FrankaArm(settings, BOX, HOME_JOINTS, start_pose, LIMITS)
+    try:
+        assert np.linalg.norm(tcp(second.reset()) - START) < 0.005
+    finally:
+        second.close()
+    with pytest.raises(FrankaConnectionError, match="was closed"):
+        first.reset()
+    first.close()  # closing twice is harmless
+
+
+class PlannerFails:
+    """franky's robot, whose Cartesian moves fail ``times`` times as franky's planner once did
+    under an oversubscribed CPU ("Motion planner failed with error code -111")."""
+
+    def __init__(self, robot, times: int):
+        self.__dict__.update(robot=robot, times=times)
+
+    def __getattr__(self, name):
+        return getattr(self.robot, name)
+
+    def move(self, motion, *args, **kwargs):
+        import franky
+
+        if isinstance(motion, franky.CartesianMotion) and self.times > 0:
+            self.__dict__["times"] -= 1
+            raise RuntimeError("Motion planner failed with error code -111")
+        return self.robot.move(motion, *args, **kwargs)
+
+
+def test_a_reset_whose_planner_fails_once_moves_again_from_rest(arm):
+    arm.robot = PlannerFails(arm.robot, times=1)
+    assert np.linalg.norm(tcp(arm.reset()) - START) < 0.005
+    assert arm.counts["reset_retries"] == 1
+    arm.robot = PlannerFails(arm.robot.robot, times=2)  # twice in a row: the error, not a loop
+    with pytest.raises(RuntimeError, match="Motion planner failed"):
+        arm.reset()
+    assert arm.counts["reset_retries"] == 2
 
 
 def test_rotation_commands_turn_the_tcp_about_the_base_axis(arm):
