@@ -176,7 +176,7 @@ class PlannerFails:
     under an oversubscribed CPU ("Motion planner failed with error code -111")."""
 
     def __init__(self, robot, times: int):
-        self.__dict__.update(robot=robot, times=times)
+        self.robot, self.times = robot, times
 
     def __getattr__(self, name):
         return getattr(self.robot, name)
@@ -185,7 +185,7 @@ class PlannerFails:
         import franky
 
         if isinstance(motion, franky.CartesianMotion) and self.times > 0:
-            self.__dict__["times"] -= 1
+            self.times -= 1
             raise RuntimeError("Motion planner failed with error code -111")
         return self.robot.move(motion, *args, **kwargs)
 
